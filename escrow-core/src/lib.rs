@@ -1,0 +1,26 @@
+//! Pure decision code for the regional quota allocator.
+//!
+//! Nothing in this crate performs I/O, reads a clock or draws random numbers:
+//! time arrives as an argument (`now_ms`, milliseconds since the Unix epoch)
+//! and every function returns a decision that a driver (the region agent, or
+//! the simulator) carries out. That is what lets the simulator run exactly
+//! the code the services run.
+//!
+//! - [`ids`]: typed, validated identifiers and quantities (parse, don't validate).
+//! - [`ledger`]: a region's per-SKU counters and their invariant.
+//! - [`reservation`]: the reservation lifecycle HELD -> SOLD | RELEASED | EXPIRED.
+//! - [`admission`]: which queued reserve requests a batch may try to hold.
+//! - [`book`]: a complete in-memory SKU book combining the above; the model
+//!   the property tests and the simulator drive.
+
+pub mod admission;
+pub mod book;
+pub mod ids;
+pub mod ledger;
+pub mod reservation;
+
+pub use admission::{plan_reserves, Deadline, ReservePlan};
+pub use book::{Book, ReserveOutcome};
+pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
+pub use ledger::{Ledger, LedgerError};
+pub use reservation::{Refusal, Reservation, Status, Transition};
