@@ -1,1 +1,74 @@
-fn main() {}
+//! `region-agent`: parses configuration and runs the agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use region_agent::auth::Auth;
+use region_agent::clock::SystemClock;
+use region_agent::config::Config;
+use region_agent::owner::Limits;
+use region_agent::store::postgres::{PgStore, MIGRATOR};
+use region_agent::{run, start, AgentSettings};
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+async fn shutdown_signal() {
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received; draining");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let config = Config::parse();
+    if config.coordinator_url.is_some() {
+        bail!("--coordinator-url: coordinator mode is not built yet; run standalone (omit it)");
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(config.db_pool_size)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&config.database_url)
+        .await
+        .context("connecting to the database")?;
+    MIGRATOR.run(&pool).await.context("applying migrations")?;
+    let settings = AgentSettings {
+        region: config.region,
+        auth: Auth::new(config.tenant_keys, config.admin_token),
+        limits: Limits {
+            batch_size_max: config.max_in_flight as usize,
+            queue_max: config.max_waiting as usize,
+            wait_timeout_ms: config.wait_timeout_ms,
+        },
+    };
+    let state = start(
+        Arc::new(PgStore::new(pool)),
+        Arc::new(SystemClock),
+        settings,
+    )
+    .await
+    .context("starting the agent")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %config.listen, "serving");
+    run(listener, state, shutdown_signal()).await?;
+    Ok(())
+}

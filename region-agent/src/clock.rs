@@ -1,0 +1,49 @@
+//! Where the agent's `now` comes from.
+//!
+//! escrow-core never reads a clock; the agent passes it `now_ms` from a
+//! [`Clock`]. Production uses the system clock; tests use [`ManualClock`] to
+//! move time past a hold's expiry without sleeping.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A source of wall-clock time in ms since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told to.
+#[derive(Debug)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock reading `start_ms`.
+    pub fn new(start_ms: u64) -> Self {
+        Self(AtomicU64::new(start_ms))
+    }
+
+    /// Moves the clock forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}

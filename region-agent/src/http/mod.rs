@@ -1,0 +1,66 @@
+//! HTTP: routes, body limits and the global bound on requests in flight.
+
+pub mod admin;
+pub mod buyer;
+pub mod error;
+pub mod json;
+pub mod ops;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{BoxError, Router};
+use tower::ServiceBuilder;
+
+use crate::AppState;
+use error::ApiError;
+
+/// Most requests the whole agent handles at once; beyond this new requests
+/// are shed with 503 REJECTED_QUEUE_FULL before any work, so nothing in
+/// front of the owners queues without bound.
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 16_384;
+
+async fn shed(_: BoxError) -> axum::response::Response {
+    metrics::counter!("escrow_requests_shed_total").increment(1);
+    ApiError::QueueFull.into_response()
+}
+
+/// The agent's router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/reservations", post(buyer::reserve))
+        .route("/v1/reservations/{request_key}", get(buyer::get))
+        .route(
+            "/v1/reservations/{request_key}/confirm",
+            post(buyer::confirm),
+        )
+        .route(
+            "/v1/reservations/{request_key}/release",
+            post(buyer::release),
+        )
+        .route("/v1/reservations/{request_key}/extend", post(buyer::extend))
+        .route("/v1/skus/{sku}", get(buyer::sku_status))
+        .route(
+            "/v1/admin/skus/{tenant}/{sku}",
+            put(admin::put_sku).get(admin::get_sku),
+        )
+        .route(
+            "/v1/admin/skus/{tenant}/{sku}/add-stock",
+            post(admin::add_stock),
+        )
+        .route("/v1/admin/skus/{tenant}/{sku}/pause", post(admin::pause))
+        .route("/v1/admin/skus/{tenant}/{sku}/resume", post(admin::resume))
+        .route("/v1/admin/audit", get(admin::audit))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .layer(DefaultBodyLimit::max(json::BODY_BYTES_MAX))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(shed))
+                .load_shed()
+                .concurrency_limit(REQUESTS_IN_FLIGHT_MAX),
+        )
+        .with_state(state)
+}

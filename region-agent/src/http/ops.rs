@@ -1,0 +1,32 @@
+//! Health, readiness and metrics endpoints for operators and orchestrators.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /readyz`: the database answers, migrations are applied, and this
+/// process still holds its region.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.fence().is_fenced() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "fenced").into_response();
+    }
+    match state.store().ready().await {
+        Ok(()) => "ready".into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
+    }
+}
+
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(State(state): State<AppState>) -> String {
+    state.metrics().render()
+}

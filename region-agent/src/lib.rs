@@ -1,0 +1,167 @@
+//! The region agent: sells one region's quota to buyers.
+//!
+//! A thin driver around escrow-core. [`start`] takes the region's fencing
+//! epoch, loads every SKU (stopping any whose counters disagree with its
+//! rows) and starts one owner task per SKU; [`app`] is the HTTP router;
+//! [`run`] serves it until shutdown, then drains the owners so no accepted
+//! request goes unanswered.
+//!
+//! - [`owner`]: the single writer per SKU with group commit.
+//! - [`store`]: persistence behind a narrow trait; PostgreSQL today.
+//! - [`http`]: buyer, admin and operations endpoints.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod fence;
+pub mod http;
+pub mod keys;
+pub mod owner;
+pub mod registry;
+pub mod store;
+mod telemetry;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use escrow_core::RegionName;
+use tokio::net::TcpListener;
+
+use crate::auth::Auth;
+use crate::clock::Clock;
+use crate::fence::Fence;
+use crate::keys::KnownKeys;
+use crate::owner::{Limits, OwnerDeps};
+use crate::registry::Registry;
+use crate::store::{Store, StoreError};
+
+pub use telemetry::metrics_handle;
+
+/// What an agent needs besides its store and clock.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// The region this agent sells.
+    pub region: RegionName,
+    /// Tenant keys and the admin token.
+    pub auth: Auth,
+    /// Queue and batch bounds.
+    pub limits: Limits,
+}
+
+/// Shared state of a running agent; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    region: RegionName,
+    auth: Auth,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    fence: Arc<Fence>,
+    keys: Arc<KnownKeys>,
+    registry: Registry,
+    limits: Limits,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+impl AppState {
+    /// The region served.
+    pub fn region(&self) -> &RegionName {
+        &self.0.region
+    }
+    /// Credentials.
+    pub fn auth(&self) -> &Auth {
+        &self.0.auth
+    }
+    /// Persistence.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.0.store
+    }
+    /// The current time, ms since the epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.0.clock.now_ms()
+    }
+    /// This process's lease on the region.
+    pub fn fence(&self) -> &Fence {
+        &self.0.fence
+    }
+    /// Committed request keys.
+    pub fn keys(&self) -> &KnownKeys {
+        &self.0.keys
+    }
+    /// The SKU owners.
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+    /// How long a request may wait in an owner's queue.
+    pub fn wait_timeout_ms(&self) -> u64 {
+        self.0.limits.wait_timeout_ms
+    }
+    /// The Prometheus renderer.
+    pub fn metrics(&self) -> &metrics_exporter_prometheus::PrometheusHandle {
+        &self.0.metrics
+    }
+}
+
+/// Takes the region's lease, loads every SKU and starts their owners.
+pub async fn start(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    settings: AgentSettings,
+) -> Result<AppState, StoreError> {
+    let metrics = metrics_handle();
+    let epoch = store.take_lease(&settings.region).await?;
+    tracing::info!(region = %settings.region, epoch = epoch.0, "took the region lease");
+    let fence = Arc::new(Fence::new(epoch));
+    let keys = Arc::new(KnownKeys::default());
+    let deps = OwnerDeps {
+        store: store.clone(),
+        clock: clock.clone(),
+        fence: fence.clone(),
+        keys: keys.clone(),
+        limits: settings.limits,
+    };
+    let registry = Registry::new(deps);
+    for record in store.load_skus().await? {
+        keys.extend(
+            &record.tenant,
+            store.keys_of(&record.tenant, &record.sku).await?,
+        );
+        registry.start(record);
+    }
+    Ok(AppState(Arc::new(Inner {
+        region: settings.region,
+        auth: settings.auth,
+        store,
+        clock,
+        fence,
+        keys,
+        registry,
+        limits: settings.limits,
+        metrics,
+    })))
+}
+
+/// The HTTP router of an agent.
+pub fn app(state: AppState) -> Router {
+    http::router(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops
+/// accepting, finishes every in-flight request and drains the owners.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = app(state.clone());
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    for task in state.registry().close() {
+        let _ = task.await;
+    }
+    tracing::info!("drained; every accepted request was answered");
+    Ok(())
+}

@@ -1,0 +1,527 @@
+//! [`Store`] on PostgreSQL.
+//!
+//! Every write is conditional and its affected-row count is checked: the
+//! lease row locked FOR SHARE with this process's epoch, holds inserted with
+//! `ON CONFLICT DO NOTHING` (the primary key judges idempotency, the partial
+//! unique index the per-user limit), transitions guarded by
+//! `status = 'HELD'` and the expiry, and the counter update checked by the
+//! table's CHECK constraints. A batch is one transaction: all of it or none.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use escrow_core::{
+    Ledger, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant, Transition,
+    TtlMs, UserId,
+};
+use sqlx::postgres::{PgPool, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+
+use super::{AuditRow, Batch, BatchOutcome, Epoch, SkuRecord, StockChange, Store, StoreError};
+
+/// The embedded migrations of the region agent.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/region-agent");
+
+/// A PostgreSQL-backed store.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Wraps a pool whose database has the agent's migrations applied.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+fn ts(ms: u64) -> DateTime<Utc> {
+    // ms values come from the agent's clock plus a bounded TTL, far inside chrono's range.
+    DateTime::from_timestamp_millis(ms as i64).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+fn bad_row(what: &str) -> StoreError {
+    StoreError::Conflict(format!("stored row violates its type: {what}"))
+}
+
+fn reservation_from(row: &PgRow) -> Result<Reservation, StoreError> {
+    let status: String = row.try_get("status")?;
+    let qty: i32 = row.try_get("qty")?;
+    let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
+    let key: String = row.try_get("request_key")?;
+    let user: String = row.try_get("user_id")?;
+    let sku: String = row.try_get("sku")?;
+    Ok(Reservation {
+        request_key: RequestKey::parse(&key).map_err(|_| bad_row("request_key"))?,
+        user_id: UserId::parse(&user).map_err(|_| bad_row("user_id"))?,
+        sku: Sku::parse(&sku).map_err(|_| bad_row("sku"))?,
+        qty: Qty::from_stored(u32::try_from(qty).map_err(|_| bad_row("qty"))?),
+        status: Status::parse(&status).ok_or_else(|| bad_row("status"))?,
+        expires_at_ms: u64::try_from(expires_at.timestamp_millis())
+            .map_err(|_| bad_row("expires_at"))?,
+        extended: row.try_get("extended")?,
+    })
+}
+
+fn counter(row: &PgRow, name: &str) -> Result<u64, StoreError> {
+    let value: i64 = row.try_get(name)?;
+    u64::try_from(value).map_err(|_| bad_row(name))
+}
+
+fn sku_record_from(row: &PgRow) -> Result<SkuRecord, StoreError> {
+    let tenant: String = row.try_get("tenant")?;
+    let sku: String = row.try_get("sku")?;
+    let max_per_user: i32 = row.try_get("max_per_user")?;
+    let hold_ttl_ms: i64 = row.try_get("hold_ttl_ms")?;
+    Ok(SkuRecord {
+        tenant: Tenant::parse(&tenant).map_err(|_| bad_row("tenant"))?,
+        sku: Sku::parse(&sku).map_err(|_| bad_row("sku"))?,
+        ledger: Ledger {
+            available: counter(row, "available")?,
+            held: counter(row, "held")?,
+            sold: counter(row, "sold")?,
+            received: counter(row, "received")?,
+            returned: counter(row, "returned")?,
+        },
+        settings: SkuSettings {
+            max_per_user: u32::try_from(max_per_user).map_err(|_| bad_row("max_per_user"))?,
+            hold_ttl: TtlMs::parse(hold_ttl_ms).map_err(|_| bad_row("hold_ttl_ms"))?,
+        },
+        paused: row.try_get("paused")?,
+        rows_held: counter(row, "rows_held")?,
+        rows_sold: counter(row, "rows_sold")?,
+    })
+}
+
+const SKU_SELECT: &str = "
+    SELECT s.tenant, s.sku, s.available, s.held, s.sold, s.received, s.returned,
+           s.max_per_user, s.hold_ttl_ms, s.paused,
+           COALESCE((SELECT sum(qty) FROM reservations r
+                     WHERE r.tenant = s.tenant AND r.sku = s.sku AND r.status = 'HELD'), 0)::bigint AS rows_held,
+           COALESCE((SELECT sum(qty) FROM reservations r
+                     WHERE r.tenant = s.tenant AND r.sku = s.sku AND r.status = 'SOLD'), 0)::bigint AS rows_sold
+    FROM sku_stock s";
+
+const RESERVATION_COLUMNS: &str = "request_key, user_id, sku, qty, status, expires_at, extended";
+
+/// Locks the lease row with our epoch so a takeover waits for this
+/// transaction, and a transaction after a takeover finds no row.
+async fn check_lease(tx: &mut Transaction<'_, Postgres>, epoch: Epoch) -> Result<(), StoreError> {
+    let row = sqlx::query("SELECT 1 FROM region_lease WHERE epoch = $1 FOR SHARE")
+        .bind(epoch.0)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.map(|_| ()).ok_or(StoreError::Fenced)
+}
+
+/// Counter moves of one batch, applied in one conditional UPDATE.
+#[derive(Debug, Default)]
+struct Deltas {
+    available: i64,
+    held: i64,
+    sold: i64,
+    received: i64,
+    returned: i64,
+}
+
+impl Deltas {
+    fn is_zero(&self) -> bool {
+        self.available == 0
+            && self.held == 0
+            && self.sold == 0
+            && self.received == 0
+            && self.returned == 0
+    }
+}
+
+async fn apply_transitions(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<(), StoreError> {
+    let now = ts(batch.now_ms);
+    let mut by_kind: [(Vec<String>, i64); 3] = Default::default();
+    let mut extend_keys = Vec::new();
+    let mut extend_until = Vec::new();
+    for (key, qty, transition) in &batch.transitions {
+        let units = i64::from(qty.get());
+        let slot = match transition {
+            Transition::Confirm => 0,
+            Transition::Release => 1,
+            Transition::Expire => 2,
+            Transition::Extend { expires_at_ms } => {
+                extend_keys.push(key.as_str().to_owned());
+                extend_until.push(ts(*expires_at_ms));
+                continue;
+            }
+        };
+        by_kind[slot].0.push(key.as_str().to_owned());
+        by_kind[slot].1 += units;
+    }
+    let statements = [
+        "UPDATE reservations SET status = 'SOLD'
+         WHERE tenant = $1 AND sku = $2 AND request_key = ANY($3) AND status = 'HELD' AND expires_at > $4",
+        "UPDATE reservations SET status = 'RELEASED'
+         WHERE tenant = $1 AND sku = $2 AND request_key = ANY($3) AND status = 'HELD' AND expires_at > $4",
+        "UPDATE reservations SET status = 'EXPIRED'
+         WHERE tenant = $1 AND sku = $2 AND request_key = ANY($3) AND status = 'HELD' AND expires_at <= $4",
+    ];
+    for (slot, sql) in statements.iter().enumerate() {
+        let (keys, units) = &by_kind[slot];
+        if keys.is_empty() {
+            continue;
+        }
+        let changed = sqlx::query(sql)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(keys)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        if changed != keys.len() as u64 {
+            return Err(StoreError::Conflict(format!(
+                "transition changed {changed} of {} rows",
+                keys.len()
+            )));
+        }
+        match slot {
+            0 => {
+                deltas.held -= units;
+                deltas.sold += units;
+            }
+            _ => {
+                deltas.held -= units;
+                deltas.available += units;
+            }
+        }
+    }
+    if !extend_keys.is_empty() {
+        let changed = sqlx::query(
+            "UPDATE reservations r SET expires_at = u.until, extended = true
+             FROM unnest($3::text[], $4::timestamptz[]) AS u(request_key, until)
+             WHERE r.tenant = $1 AND r.sku = $2 AND r.request_key = u.request_key
+               AND r.status = 'HELD' AND NOT r.extended AND r.expires_at > $5",
+        )
+        .bind(batch.tenant.as_str())
+        .bind(batch.sku.as_str())
+        .bind(&extend_keys)
+        .bind(&extend_until)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if changed != extend_keys.len() as u64 {
+            return Err(StoreError::Conflict(format!(
+                "extend changed {changed} of {} rows",
+                extend_keys.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn insert_holds(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<Vec<bool>, StoreError> {
+    if batch.holds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<&str> = batch.holds.iter().map(|h| h.request_key.as_str()).collect();
+    let users: Vec<&str> = batch.holds.iter().map(|h| h.user_id.as_str()).collect();
+    let qtys: Vec<i32> = batch.holds.iter().map(|h| h.qty.get() as i32).collect();
+    let expiries: Vec<DateTime<Utc>> = batch.holds.iter().map(|h| ts(h.expires_at_ms)).collect();
+    // Conflicts on the key (a replay) or on the one-active-per-user index
+    // skip the row; RETURNING tells which rows are new.
+    let rows = sqlx::query(
+        "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+         SELECT $1, u.request_key, $2, u.user_id, u.qty, 'HELD', u.expires_at, $7
+         FROM unnest($3::text[], $4::text[], $5::int[], $6::timestamptz[])
+              WITH ORDINALITY AS u(request_key, user_id, qty, expires_at, n)
+         ORDER BY u.n
+         ON CONFLICT DO NOTHING
+         RETURNING request_key, qty",
+    )
+    .bind(batch.tenant.as_str())
+    .bind(batch.sku.as_str())
+    .bind(&keys)
+    .bind(&users)
+    .bind(&qtys)
+    .bind(&expiries)
+    .bind(ts(batch.now_ms))
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut inserted = vec![false; batch.holds.len()];
+    for row in &rows {
+        let key: String = row.try_get("request_key")?;
+        let qty: i32 = row.try_get("qty")?;
+        let index = keys
+            .iter()
+            .position(|k| *k == key)
+            .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
+        inserted[index] = true;
+        deltas.available -= i64::from(qty);
+        deltas.held += i64::from(qty);
+    }
+    Ok(inserted)
+}
+
+async fn sweep(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<Vec<(RequestKey, Qty)>, StoreError> {
+    let rows = sqlx::query(
+        "UPDATE reservations SET status = 'EXPIRED'
+         WHERE tenant = $1 AND sku = $2 AND status = 'HELD' AND expires_at <= $3
+         RETURNING request_key, qty",
+    )
+    .bind(batch.tenant.as_str())
+    .bind(batch.sku.as_str())
+    .bind(ts(batch.now_ms))
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut expired = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let key: String = row.try_get("request_key")?;
+        let qty: i32 = row.try_get("qty")?;
+        deltas.held -= i64::from(qty);
+        deltas.available += i64::from(qty);
+        expired.push((
+            RequestKey::parse(&key).map_err(|_| bad_row("request_key"))?,
+            Qty::from_stored(u32::try_from(qty).map_err(|_| bad_row("qty"))?),
+        ));
+    }
+    Ok(expired)
+}
+
+async fn apply_changes(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<(), StoreError> {
+    for change in &batch.changes {
+        match *change {
+            StockChange::Receive(units) => {
+                deltas.received += units as i64;
+                deltas.available += units as i64;
+            }
+            StockChange::GiveBack(units) => {
+                deltas.returned += units as i64;
+                deltas.available -= units as i64;
+            }
+            StockChange::Settings(settings) => {
+                sqlx::query(
+                    "UPDATE sku_stock SET max_per_user = $3, hold_ttl_ms = $4, updated_at = now()
+                     WHERE tenant = $1 AND sku = $2",
+                )
+                .bind(batch.tenant.as_str())
+                .bind(batch.sku.as_str())
+                .bind(settings.max_per_user as i32)
+                .bind(settings.hold_ttl.get() as i64)
+                .execute(&mut **tx)
+                .await?;
+            }
+            StockChange::Pause(paused) => {
+                sqlx::query("UPDATE sku_stock SET paused = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
+                    .bind(batch.tenant.as_str())
+                    .bind(batch.sku.as_str())
+                    .bind(paused)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn take_lease(&self, region: &RegionName) -> Result<Epoch, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let other: Option<String> =
+            sqlx::query_scalar("SELECT region FROM region_lease WHERE region <> $1 LIMIT 1")
+                .bind(region.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(other) = other {
+            return Err(StoreError::WrongRegion(other));
+        }
+        // The UPDATE waits for every write transaction holding the row FOR
+        // SHARE, so when it commits no older epoch's write is in flight.
+        let epoch: i64 = sqlx::query_scalar(
+            "INSERT INTO region_lease (region, epoch) VALUES ($1, 1)
+             ON CONFLICT (region) DO UPDATE SET epoch = region_lease.epoch + 1, taken_at = now()
+             RETURNING epoch",
+        )
+        .bind(region.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Epoch(epoch))
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1 FROM region_lease LIMIT 1")
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn load_skus(&self) -> Result<Vec<SkuRecord>, StoreError> {
+        let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(sku_record_from).collect()
+    }
+
+    async fn load_sku(&self, tenant: &Tenant, sku: &Sku) -> Result<Option<SkuRecord>, StoreError> {
+        let row = sqlx::query(&format!("{SKU_SELECT} WHERE s.tenant = $1 AND s.sku = $2"))
+            .bind(tenant.as_str())
+            .bind(sku.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sku_record_from).transpose()
+    }
+
+    async fn keys_of(&self, tenant: &Tenant, sku: &Sku) -> Result<Vec<RequestKey>, StoreError> {
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT request_key FROM reservations WHERE tenant = $1 AND sku = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(sku.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        keys.iter()
+            .map(|k| RequestKey::parse(k).map_err(|_| bad_row("request_key")))
+            .collect()
+    }
+
+    async fn create_sku(
+        &self,
+        epoch: Epoch,
+        tenant: &Tenant,
+        sku: &Sku,
+        settings: SkuSettings,
+        total: u64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        check_lease(&mut tx, epoch).await?;
+        let created = sqlx::query(
+            "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
+             VALUES ($1, $2, $3, 0, 0, $3, 0, $4, $5)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant.as_str())
+        .bind(sku.as_str())
+        .bind(total as i64)
+        .bind(settings.max_per_user as i32)
+        .bind(settings.hold_ttl.get() as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        check_lease(&mut tx, epoch).await?;
+        let mut deltas = Deltas::default();
+        apply_transitions(&mut tx, batch, &mut deltas).await?;
+        let expired = if batch.sweep {
+            sweep(&mut tx, batch, &mut deltas).await?
+        } else {
+            Vec::new()
+        };
+        apply_changes(&mut tx, batch, &mut deltas).await?;
+        let inserted = insert_holds(&mut tx, batch, &mut deltas).await?;
+        if !deltas.is_zero() {
+            // The hot row is touched last; the CHECK constraints refuse any
+            // move that would go negative or unbalance the ledger.
+            let changed = sqlx::query(
+                "UPDATE sku_stock
+                 SET available = available + $3, held = held + $4, sold = sold + $5,
+                     received = received + $6, returned = returned + $7, updated_at = now()
+                 WHERE tenant = $1 AND sku = $2 AND available + $3 >= 0",
+            )
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(deltas.available)
+            .bind(deltas.held)
+            .bind(deltas.sold)
+            .bind(deltas.received)
+            .bind(deltas.returned)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Database(db) if db.is_check_violation() => {
+                    StoreError::Conflict("counter update refused by a CHECK constraint".into())
+                }
+                other => StoreError::Database(other),
+            })?
+            .rows_affected();
+            if changed != 1 {
+                return Err(StoreError::Conflict("not enough units available".into()));
+            }
+        }
+        tx.commit().await?;
+        Ok(BatchOutcome { inserted, expired })
+    }
+
+    async fn reservation(
+        &self,
+        tenant: &Tenant,
+        key: &RequestKey,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant = $1 AND request_key = $2"
+        ))
+        .bind(tenant.as_str())
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(reservation_from).transpose()
+    }
+
+    async fn reservations(
+        &self,
+        tenant: &Tenant,
+        keys: &[RequestKey],
+    ) -> Result<Vec<Reservation>, StoreError> {
+        let keys: Vec<&str> = keys.iter().map(RequestKey::as_str).collect();
+        let rows = sqlx::query(&format!(
+            "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant = $1 AND request_key = ANY($2)"
+        ))
+        .bind(tenant.as_str())
+        .bind(&keys)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(reservation_from).collect()
+    }
+
+    async fn audit(&self) -> Result<Vec<AuditRow>, StoreError> {
+        let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let get = |name: &str| row.try_get::<i64, _>(name);
+            let (available, held, sold) = (get("available")?, get("held")?, get("sold")?);
+            let total = get("received")? - get("returned")?;
+            out.push(AuditRow {
+                tenant: row.try_get("tenant")?,
+                sku: row.try_get("sku")?,
+                total,
+                available,
+                held,
+                sold,
+                drift: available + held + sold - total,
+                rows_drift: (get("rows_held")? - held).abs() + (get("rows_sold")? - sold).abs(),
+            });
+        }
+        Ok(out)
+    }
+}
