@@ -1,0 +1,330 @@
+//! Admission and the cheap paths: bounded queues answered with 503 before
+//! anything is written, sold out and SKU status answered from memory, and
+//! the operational endpoints.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use escrow_core::{Sku, Tenant};
+use region_agent::owner::Limits;
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::{Connection, PgConnection, PgPool};
+
+/// A connection holding the SKU's counter row locked, so the owner's next
+/// commit waits until it is dropped or committed.
+async fn lock_counters(pool: &PgPool) -> (PgConnection, ()) {
+    let opts = pool.connect_options();
+    let mut conn = PgConnection::connect_with(&opts).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock WHERE sku = 'drop' FOR UPDATE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    (conn, ())
+}
+
+async fn lock_waiters(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Goal: with the owner busy and its queue full, a request is refused at
+/// once with REJECTED_QUEUE_FULL; one that waited past its deadline gets
+/// REJECTED_WAIT_TIMEOUT; neither wrote anything, and both keys succeed on retry.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
+    let limits = Limits {
+        batch_size_max: 1,
+        queue_max: 1,
+        wait_timeout_ms: 1_000,
+    };
+    let clock = std::sync::Arc::new(region_agent::clock::ManualClock::new(1_800_000_000_000));
+    let agent = TestAgent::start_with(&pool, limits, Some(clock.clone())).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 10})).await;
+
+    let (mut locker, ()) = lock_counters(&pool).await;
+    let first = tokio::spawn({
+        let api = api.clone();
+        async move { api.reserve("a", "ua", "drop").await }
+    });
+    eventually(
+        "the owner's commit waits on the lock",
+        Duration::from_secs(10),
+        async || lock_waiters(&pool).await > 0,
+    )
+    .await;
+    let second = tokio::spawn({
+        let api = api.clone();
+        async move { api.reserve("b", "ub", "drop").await }
+    });
+    let handle = agent
+        .state
+        .registry()
+        .get(
+            &Tenant::parse("acme").unwrap(),
+            &Sku::parse("drop").unwrap(),
+        )
+        .unwrap();
+    eventually(
+        "the second request is queued",
+        Duration::from_secs(10),
+        async || handle.queue.capacity() == 0,
+    )
+    .await;
+    // A held queue sender would keep the owner alive past shutdown.
+    drop(handle);
+
+    let r = api
+        .client
+        .post(format!("{}/v1/reservations", api.url))
+        .bearer_auth(ACME_KEY)
+        .json(&json!({"request_key": "c", "user_id": "uc", "sku": "drop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["outcome"],
+        "REJECTED_QUEUE_FULL"
+    );
+
+    clock.advance(1_001);
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    let (s1, b1) = first.await.unwrap();
+    let (s2, b2) = second.await.unwrap();
+    assert_eq!(
+        (s1, b1["outcome"].as_str()),
+        (StatusCode::CREATED, Some("HELD"))
+    );
+    assert_eq!(
+        (s2, b2["outcome"].as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("REJECTED_WAIT_TIMEOUT")
+        )
+    );
+
+    let keys: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys,
+        vec!["a".to_owned()],
+        "the refused requests wrote nothing"
+    );
+    assert_eq!(api.reserve("b", "ub", "drop").await.0, StatusCode::CREATED);
+    assert_eq!(api.reserve("c", "uc", "drop").await.0, StatusCode::CREATED);
+    assert_balanced(&stored(&pool, "drop").await);
+    agent.stop().await;
+}
+
+/// Goal: once sold out, SOLD_OUT and the SKU status are answered while the
+/// database is completely locked: the rejection path never touches it. A
+/// retry of a key that holds a reservation still gets REPLAY, not SOLD_OUT.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn sold_out_is_answered_without_the_database(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 1})).await;
+    assert_eq!(
+        api.reserve("winner", "w", "drop").await.0,
+        StatusCode::CREATED
+    );
+
+    let opts = pool.connect_options();
+    let mut locker = PgConnection::connect_with(&opts).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE reservations, sku_stock, region_lease IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    let answer = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut outcomes = Vec::new();
+        for i in 0..200 {
+            let (status, body) = api
+                .reserve(&format!("loser-{i}"), &format!("l{i}"), "drop")
+                .await;
+            outcomes.push((status, body["outcome"].as_str().map(str::to_owned)));
+        }
+        let r = api
+            .client
+            .get(format!("{}/v1/skus/drop", api.url))
+            .bearer_auth(ACME_KEY)
+            .send()
+            .await
+            .unwrap();
+        (
+            outcomes,
+            r.headers()["cache-control"].clone(),
+            r.json::<serde_json::Value>().await.unwrap(),
+        )
+    })
+    .await
+    .expect("answered while the database was locked");
+    let (outcomes, cache, status) = answer;
+    assert!(outcomes
+        .iter()
+        .all(|(s, o)| *s == StatusCode::CONFLICT && o.as_deref() == Some("SOLD_OUT")));
+    assert_eq!(cache, "public, max-age=1");
+    assert_eq!(
+        status,
+        json!({"sku": "drop", "available": 0, "sold_out": true})
+    );
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+
+    let (s, body) = api.reserve("winner", "w", "drop").await;
+    assert_eq!(
+        (s, body["outcome"].as_str()),
+        (StatusCode::OK, Some("REPLAY"))
+    );
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    agent.stop().await;
+}
+
+/// Goal: a paused SKU answers 503 PAUSED with Retry-After and writes
+/// nothing; resumed, it sells; confirm still works while paused.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn pause_stops_selling_and_resume_restarts(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 5})).await;
+    assert_eq!(api.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
+    assert_eq!(
+        api.admin_post("/v1/admin/skus/acme/drop/pause", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let r = api
+        .client
+        .post(format!("{}/v1/reservations", api.url))
+        .bearer_auth(ACME_KEY)
+        .json(&json!({"request_key": "k2", "user_id": "u2", "sku": "drop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["outcome"],
+        "PAUSED"
+    );
+    assert_eq!(api.action("k1", "confirm").await.0, StatusCode::OK);
+    assert_eq!(
+        api.admin_post("/v1/admin/skus/acme/drop/resume", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(api.reserve("k2", "u2", "drop").await.0, StatusCode::CREATED);
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.sold, s.held, s.available), (1, 1, 3));
+    agent.stop().await;
+}
+
+/// Goal: admin changes keep the invariant: add-stock adds to available,
+/// lowering the total below what is held or sold is 409 and changes
+/// nothing, lowering it within available works, settings apply.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn admin_changes_never_oversell(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 3})).await;
+    for i in 0..3 {
+        api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
+            .await;
+    }
+    let (s, body) = api.put_sku("acme", "drop", json!({"total": 2})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{body}");
+    let (s, body) = api
+        .admin_post(
+            "/v1/admin/skus/acme/drop/add-stock",
+            Some(json!({"qty": 5})),
+        )
+        .await;
+    assert_eq!(
+        (s, body["available"].as_u64(), body["total"].as_u64()),
+        (StatusCode::OK, Some(5), Some(8))
+    );
+    let (s, body) = api
+        .put_sku("acme", "drop", json!({"total": 4, "max_per_user": 2}))
+        .await;
+    assert_eq!(
+        (s, body["available"].as_u64(), body["max_per_user"].as_u64()),
+        (StatusCode::OK, Some(1), Some(2))
+    );
+    let (s, body) = api.admin_get("/v1/admin/skus/acme/drop").await;
+    assert_eq!(
+        (s, body["held"].as_u64(), body["total"].as_u64()),
+        (StatusCode::OK, Some(3), Some(4))
+    );
+    assert_eq!(
+        api.admin_get("/v1/admin/skus/acme/nope").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.total, s.available), (4, 1));
+    api.assert_no_drift().await;
+    agent.stop().await;
+}
+
+/// Goal: the operational endpoints answer and the metrics the issue names exist.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn health_readiness_and_metrics(pool: PgPool) {
+    let agent = TestAgent::start_manual(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 1, "hold_ttl_ms": 1000}))
+        .await;
+    api.reserve("k", "u", "drop").await;
+    api.reserve("k2", "u2", "drop").await;
+    agent.advance(1_000);
+    eventually("the hold expires", Duration::from_secs(5), async || {
+        stored(&pool, "drop").await.available == 1
+    })
+    .await;
+    for path in ["/healthz", "/readyz"] {
+        let r = api
+            .client
+            .get(format!("{}{path}", api.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    let text = api
+        .client
+        .get(format!("{}/metrics", api.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "escrow_reservations_total{outcome=\"HELD\"}",
+        "escrow_reservations_total{outcome=\"SOLD_OUT\"}",
+        "escrow_batch_size_bucket",
+        "escrow_commit_seconds_bucket",
+        "escrow_queue_depth",
+        "escrow_expired_units_total",
+        "escrow_drift_units",
+    ] {
+        assert!(text.contains(name), "metrics lack {name}");
+    }
+    agent.stop().await;
+}

@@ -1,0 +1,349 @@
+//! Concurrency against the real PostgreSQL through real HTTP: the races the
+//! design must win, each checked by counts, statuses and the invariant.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::*;
+use escrow_core::{Sku, Tenant};
+use region_agent::store::postgres::PgStore;
+use region_agent::store::{Batch, Store};
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::PgPool;
+
+/// Goal: 2,000 concurrent buyers for 100 units get exactly 100 holds and
+/// every other buyer a final SOLD_OUT; counters, rows and audit agree.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn two_thousand_buyers_for_one_hundred_units(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    assert_eq!(
+        api.put_sku("acme", "drop", json!({"total": 100})).await.0,
+        StatusCode::CREATED
+    );
+
+    let mut buyers = Vec::new();
+    for i in 0..2_000 {
+        let api = api.clone();
+        buyers.push(tokio::spawn(async move {
+            api.reserve_until_final(&format!("key-{i}"), &format!("user-{i}"), "drop")
+                .await
+        }));
+    }
+    let mut by_status: HashMap<StatusCode, usize> = HashMap::new();
+    let mut held_keys = Vec::new();
+    let mut retries = 0;
+    for buyer in buyers {
+        let (status, body, r) = buyer.await.unwrap();
+        retries += r;
+        *by_status.entry(status).or_default() += 1;
+        match status {
+            StatusCode::CREATED => {
+                assert_eq!(body["outcome"], "HELD");
+                held_keys.push(
+                    body["reservation"]["request_key"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                );
+            }
+            StatusCode::CONFLICT => assert_eq!(body["outcome"], "SOLD_OUT"),
+            other => panic!("unexpected final answer {other}: {body}"),
+        }
+    }
+    println!("2000 buyers / 100 units: {by_status:?}, 503 retries: {retries}");
+    assert_eq!(by_status[&StatusCode::CREATED], 100);
+    assert_eq!(by_status[&StatusCode::CONFLICT], 1_900);
+
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held, s.rows_held), (0, 100, 100));
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    held_keys.sort();
+    assert_eq!(rows, held_keys, "the rows are exactly the 201 answers");
+    api.assert_no_drift().await;
+    agent.stop().await;
+}
+
+/// Goal: one key sent 32 times at once yields one hold and 31 replays of it.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn one_key_thirty_two_times_is_one_hold(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 10})).await;
+    let answers = futures_join(32, |_| {
+        let api = api.clone();
+        async move { api.reserve("same-key", "alice", "drop").await }
+    })
+    .await;
+    let held = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    let replay = answers
+        .iter()
+        .filter(|(s, b)| *s == StatusCode::OK && b["outcome"] == "REPLAY")
+        .count();
+    println!("32 requests, one key: {held} HELD, {replay} REPLAY");
+    assert_eq!((held, replay), (1, 31));
+    for (_, body) in &answers {
+        assert_eq!(body["reservation"]["request_key"], "same-key");
+        assert_eq!(body["reservation"]["status"], "HELD");
+    }
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held), (9, 1));
+    agent.stop().await;
+}
+
+/// Goal: sixteen keys of one user at once yield one hold and fifteen
+/// USER_LIMIT; the same key for another user is KEY_REUSED; one unit taken.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 100})).await;
+    let answers = futures_join(16, |i| {
+        let api = api.clone();
+        async move { api.reserve(&format!("bob-{i}"), "bob", "drop").await }
+    })
+    .await;
+    let held = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    let limited = answers
+        .iter()
+        .filter(|(s, b)| *s == StatusCode::CONFLICT && b["outcome"] == "USER_LIMIT")
+        .count();
+    println!("16 keys, one user: {held} HELD, {limited} USER_LIMIT");
+    assert_eq!((held, limited), (1, 15));
+
+    let winner = answers
+        .iter()
+        .find(|(s, _)| *s == StatusCode::CREATED)
+        .unwrap();
+    let key = winner.1["reservation"]["request_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = api.reserve(&key, "mallory", "drop").await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("KEY_REUSED"))
+    );
+
+    // Once bob's hold is released he may reserve again.
+    assert_eq!(api.action(&key, "release").await.0, StatusCode::OK);
+    assert_eq!(
+        api.reserve("bob-again", "bob", "drop").await.0,
+        StatusCode::CREATED
+    );
+
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held, s.rows_released), (99, 1, 1));
+    agent.stop().await;
+}
+
+/// Goal: 200 confirms racing the clock passing their expiry each end SOLD
+/// or EXPIRED exactly once, the answer matches the row, and only expired
+/// units came back.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn confirm_racing_expiry_resolves_each_hold_once(pool: PgPool) {
+    let agent = TestAgent::start_manual(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 200, "hold_ttl_ms": 1000}))
+        .await;
+    for i in 0..200 {
+        assert_eq!(
+            api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
+                .await
+                .0,
+            StatusCode::CREATED
+        );
+    }
+    let clock = agent.clock.clone().unwrap();
+    let confirms = tokio::spawn({
+        let api = api.clone();
+        async move {
+            futures_join(200, |i| {
+                let api = api.clone();
+                async move { (i, api.action(&format!("k{i}"), "confirm").await) }
+            })
+            .await
+        }
+    });
+    // As soon as the first confirm has committed, move time past every
+    // expiry while the rest are still arriving.
+    eventually(
+        "a first confirm commits",
+        std::time::Duration::from_secs(10),
+        async || stored(&pool, "drop").await.rows_sold > 0,
+    )
+    .await;
+    clock.advance(1_000);
+    let answers = confirms.await.unwrap();
+
+    let mut sold = 0;
+    let mut expired = 0;
+    for (i, (status, body)) in &answers {
+        let (_, row) = api.get(&format!("k{i}")).await;
+        assert_eq!(
+            body["status"], row["status"],
+            "answer matches the committed row"
+        );
+        match (*status, body["status"].as_str()) {
+            (StatusCode::OK, Some("SOLD")) => sold += 1,
+            (StatusCode::CONFLICT, Some("EXPIRED")) => expired += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    println!("200 confirms racing expiry: {sold} SOLD, {expired} EXPIRED");
+    assert_eq!(sold + expired, 200);
+    assert!(sold > 0);
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.sold, s.available, s.held), (sold, expired, 0));
+    assert_eq!(s.rows_expired, expired);
+    agent.stop().await;
+}
+
+/// Goal: release twice, and release racing expiry, return the unit once.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
+    let agent = TestAgent::start_manual(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 100, "hold_ttl_ms": 1000}))
+        .await;
+    for i in 0..100 {
+        api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
+            .await;
+    }
+    // Two concurrent releases of each of the first 50.
+    let answers = futures_join(100, |i| {
+        let api = api.clone();
+        async move { api.action(&format!("k{}", i % 50), "release").await }
+    })
+    .await;
+    assert!(answers
+        .iter()
+        .all(|(s, b)| *s == StatusCode::OK && b["status"] == "RELEASED"));
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held), (50, 50));
+
+    // Releases of the other 50 racing the clock passing their expiry.
+    let clock = agent.clock.clone().unwrap();
+    let releases = tokio::spawn({
+        let api = api.clone();
+        async move {
+            futures_join(50, |i| {
+                let api = api.clone();
+                async move { api.action(&format!("k{}", 50 + i), "release").await }
+            })
+            .await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    clock.advance(1_000);
+    let answers = releases.await.unwrap();
+    for (status, body) in &answers {
+        assert_eq!(*status, StatusCode::OK);
+        assert!(
+            body["status"] == "RELEASED" || body["status"] == "EXPIRED",
+            "{body}"
+        );
+    }
+    // And the background sweep afterwards finds nothing left to return.
+    eventually(
+        "sweep settles",
+        std::time::Duration::from_secs(5),
+        async || stored(&pool, "drop").await.held == 0,
+    )
+    .await;
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!(
+        (s.available, s.held, s.rows_released + s.rows_expired),
+        (100, 0, 100)
+    );
+    agent.stop().await;
+}
+
+/// Goal: two expiry sweeps running concurrently on the same rows, and a
+/// sweep killed mid-transaction then re-run, return each unit exactly once.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn concurrent_and_killed_sweeps_return_each_unit_once(pool: PgPool) {
+    let agent = TestAgent::start_manual(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 300, "hold_ttl_ms": 1000}))
+        .await;
+    for i in 0..300 {
+        api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
+            .await;
+    }
+    let epoch = agent.state.fence().epoch();
+    let now = agent.state.now_ms();
+    agent.stop().await;
+
+    // A sweep killed halfway: its connection dies before COMMIT.
+    let mut conn = pool.acquire().await.unwrap().detach();
+    use sqlx::Connection;
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE reservations SET status = 'EXPIRED' WHERE status = 'HELD' AND request_key < 'k2'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    std::mem::forget(tx);
+    drop(conn);
+    let s = stored(&pool, "drop").await;
+    assert_eq!(
+        (s.held, s.rows_expired),
+        (300, 0),
+        "nothing of the killed sweep is visible"
+    );
+
+    // Two sweeps at once, each in its own transaction.
+    let store = Arc::new(PgStore::new(pool.clone()));
+    let sweep = |store: Arc<PgStore>| async move {
+        let mut batch = Batch::new(
+            Tenant::parse("acme").unwrap(),
+            Sku::parse("drop").unwrap(),
+            now + 5_000,
+        );
+        batch.sweep = true;
+        store.commit(epoch, &batch).await.unwrap().expired.len()
+    };
+    let (a, b) = tokio::join!(sweep(store.clone()), sweep(store.clone()));
+    let again = sweep(store).await;
+    println!("concurrent sweeps expired {a} + {b}, re-run {again}");
+    assert_eq!(a + b, 300);
+    assert_eq!(again, 0);
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held, s.rows_expired), (300, 0, 300));
+}
+
+/// Runs `n` futures made by `make` concurrently and collects their results in order.
+async fn futures_join<F, T>(n: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(make(i))).collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
