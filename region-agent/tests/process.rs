@@ -1,0 +1,322 @@
+//! Process-level failures: kill -9 under load, SIGTERM drain, a client
+//! that disconnects, a second agent taking the region, and drift found at
+//! start. The first two run the real `region-agent` binary.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::io::AsyncWriteExt;
+
+/// The URL of the test's own database, for a child process.
+fn database_url(pool: &PgPool) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let db = pool.connect_options().get_database().unwrap().to_owned();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    format!("{server}/{db}")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `region-agent` child process.
+struct AgentProcess {
+    child: Child,
+    api: Api,
+}
+
+impl AgentProcess {
+    async fn spawn(pool: &PgPool, port: u16) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_region-agent"))
+            .args(["--region", "eu", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--database-url", &database_url(pool), "--admin-token", ADMIN])
+            .args(["--tenant-key", &format!("acme={ACME_KEY}"), "--db-pool-size", "4"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let api = Api::new(&format!("http://127.0.0.1:{port}"));
+        let probe = api.clone();
+        eventually("the agent answers /readyz", Duration::from_secs(20), async || {
+            let r = probe.client.get(format!("{}/readyz", probe.url)).send().await;
+            r.is_ok_and(|r| r.status() == StatusCode::OK)
+        })
+        .await;
+        Self { child, api }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Goal: kill -9 of the agent under load loses no acknowledged hold and
+/// takes no unit that was not asked for: after a restart every 201 is
+/// there, every unanswered key resolves by retry, and the rows are exactly
+/// those answers, with no drift.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
+    let port = free_port();
+    let agent = AgentProcess::spawn(&pool, port).await;
+    let api = agent.api.clone();
+    api.put_sku("acme", "drop", json!({"total": 400})).await;
+
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let mut buyers = Vec::new();
+    for i in 0..600 {
+        let api = api.clone();
+        let acknowledged = acknowledged.clone();
+        buyers.push(tokio::spawn(async move {
+            let key = format!("key-{i}");
+            // Buyers arrive over time so the kill lands mid-stream.
+            tokio::time::sleep(Duration::from_micros(500 * i)).await;
+            let answer = api.try_reserve(&key, &format!("user-{i}"), "drop").await;
+            if matches!(answer, Ok((StatusCode::CREATED, _))) {
+                acknowledged.fetch_add(1, Ordering::SeqCst);
+            }
+            (key, format!("user-{i}"), answer.ok().map(|(s, _)| s))
+        }));
+    }
+    eventually("some holds acknowledged", Duration::from_secs(30), async || {
+        acknowledged.load(Ordering::SeqCst) >= 50
+    })
+    .await;
+    agent.signal("-KILL");
+    let mut answers = Vec::new();
+    for b in buyers {
+        answers.push(b.await.unwrap());
+    }
+    drop(agent);
+
+    let restarted = AgentProcess::spawn(&pool, port).await;
+    let api = restarted.api.clone();
+    let mut held = Vec::new();
+    let mut unanswered = 0;
+    for (key, user, status) in &answers {
+        match status {
+            Some(StatusCode::CREATED) => {
+                let (s, row) = api.get(key).await;
+                assert_eq!((s, row["status"].as_str()), (StatusCode::OK, Some("HELD")), "{key} survived");
+                held.push(key.clone());
+            }
+            Some(StatusCode::CONFLICT) => {}
+            _ => {
+                unanswered += 1;
+                let (s, body, _) = api.reserve_until_final(key, user, "drop").await;
+                match (s, body["outcome"].as_str()) {
+                    (StatusCode::CREATED, Some("HELD")) | (StatusCode::OK, Some("REPLAY")) => held.push(key.clone()),
+                    (StatusCode::CONFLICT, Some("SOLD_OUT")) => {}
+                    other => panic!("unexpected retry answer {other:?}"),
+                }
+            }
+        }
+    }
+    println!(
+        "kill -9: {} acknowledged before the kill, {unanswered} unanswered then retried, {} holds in all",
+        acknowledged.load(Ordering::SeqCst),
+        held.len()
+    );
+    assert!(unanswered > 0, "the kill landed mid-load");
+    let mut rows: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    rows.sort();
+    held.sort();
+    assert_eq!(rows, held, "rows are exactly the acknowledged and replayed holds");
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!(s.held as usize, held.len());
+    api.assert_no_drift().await;
+}
+
+/// Goal: SIGTERM while requests wait on a commit drains them: each gets
+/// its 201, the process then exits 0, and every hold is in the database.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn sigterm_drains_in_flight_requests(pool: PgPool) {
+    let port = free_port();
+    let mut agent = AgentProcess::spawn(&pool, port).await;
+    let api = agent.api.clone();
+    api.put_sku("acme", "drop", json!({"total": 100})).await;
+
+    let mut locker = PgConnection::connect_with(&pool.connect_options()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE").execute(&mut locker).await.unwrap();
+    let buyers: Vec<_> = (0..20)
+        .map(|i| {
+            let api = api.clone();
+            tokio::spawn(async move { api.reserve(&format!("k{i}"), &format!("u{i}"), "drop").await })
+        })
+        .collect();
+    eventually("a commit waits on the lock", Duration::from_secs(10), async || {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n > 0
+    })
+    .await;
+    agent.signal("-TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(agent.child.try_wait().unwrap().is_none(), "still draining");
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+
+    let mut created = 0;
+    for b in buyers {
+        let (status, _) = b.await.unwrap();
+        if status == StatusCode::CREATED {
+            created += 1;
+        } else {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "only a refusal before writing");
+        }
+    }
+    let mut exit = None;
+    eventually("the agent exits", Duration::from_secs(10), async || {
+        exit = agent.child.try_wait().unwrap();
+        exit.is_some()
+    })
+    .await;
+    assert!(exit.unwrap().success());
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations").fetch_one(&pool).await.unwrap();
+    println!("SIGTERM drain: {created} holds answered 201, {rows} rows");
+    assert_eq!(rows, created);
+    assert!(created > 0);
+    assert_balanced(&stored(&pool, "drop").await);
+}
+
+/// Goal: a client that sends its request and disconnects before the
+/// commit still gets its reservation; it is found by key and a retry is REPLAY.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 5})).await;
+
+    let mut locker = PgConnection::connect_with(&pool.connect_options()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE").execute(&mut locker).await.unwrap();
+
+    let body = json!({"request_key": "gone", "user_id": "u", "sku": "drop"}).to_string();
+    let request = format!(
+        "POST /v1/reservations HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ACME_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let addr = api.url.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    eventually("the commit waits on the lock", Duration::from_secs(10), async || {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n > 0
+    })
+    .await;
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+
+    eventually("the reservation is committed", Duration::from_secs(10), async || {
+        api.get("gone").await.0 == StatusCode::OK
+    })
+    .await;
+    let (_, row) = api.get("gone").await;
+    assert_eq!(row["status"], "HELD");
+    let (status, body) = api.reserve("gone", "u", "drop").await;
+    assert_eq!((status, body["outcome"].as_str()), (StatusCode::OK, Some("REPLAY")));
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!(s.held, 1);
+    agent.stop().await;
+}
+
+/// Goal: a second agent on the same database and region fences the first:
+/// the first can no longer commit anything (503 PAUSED, not ready), the
+/// second sells on from the committed state, and nothing is double-spent.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn a_second_agent_fences_the_first(pool: PgPool) {
+    let first = TestAgent::start(&pool).await;
+    let a = first.api();
+    a.put_sku("acme", "drop", json!({"total": 2})).await;
+    assert_eq!(a.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
+
+    let second = TestAgent::start(&pool).await;
+    let b = second.api();
+    let (status, body) = a.reserve("k2", "u2", "drop").await;
+    assert_eq!((status, body["outcome"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED")));
+    assert_eq!(a.action("k1", "confirm").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _) = a.put_sku("acme", "drop", json!({"total": 50})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let r = a.client.get(format!("{}/readyz", a.url)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    assert_eq!(b.reserve("k3", "u3", "drop").await.0, StatusCode::CREATED);
+    assert_eq!(b.reserve("k4", "u4", "drop").await.1["outcome"], "SOLD_OUT");
+    assert_eq!(b.action("k1", "confirm").await.0, StatusCode::OK);
+    let rows: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, vec!["k1", "k3"]);
+    let s = stored(&pool, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.total, s.sold, s.held, s.available), (2, 1, 1, 0));
+    first.stop().await;
+    second.stop().await;
+}
+
+/// Goal: at start, a SKU whose counters disagree with its rows is stopped
+/// (503 PAUSED) and shows in the audit, while other SKUs sell normally.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn drift_found_at_start_stops_only_that_sku(pool: PgPool) {
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 10})).await;
+    api.put_sku("acme", "calm", json!({"total": 10})).await;
+    api.reserve("k1", "u1", "drop").await;
+    agent.stop().await;
+    // Balanced counters that no longer match the rows.
+    sqlx::query("UPDATE sku_stock SET held = held - 1, available = available + 1 WHERE sku = 'drop'")
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let agent = TestAgent::start(&pool).await;
+    let api = agent.api();
+    let (status, body) = api.reserve("k2", "u2", "drop").await;
+    assert_eq!((status, body["outcome"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED")));
+    assert_eq!(api.reserve("k3", "u3", "calm").await.0, StatusCode::CREATED);
+    let (_, audit) = api.admin_get("/v1/admin/audit").await;
+    let drop_line = audit["skus"].as_array().unwrap().iter().find(|s| s["sku"] == "drop").unwrap();
+    assert_eq!(drop_line["rows_drift"], 1);
+    assert_eq!(audit["drift_total"], 1);
+    let (_, sku) = api.admin_get("/v1/admin/skus/acme/drop").await;
+    assert_eq!(sku["halted"], true);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sku = 'drop'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "nothing sold on the drifted SKU");
+    agent.stop().await;
+}
