@@ -24,7 +24,11 @@ fn database_url(pool: &PgPool) -> String {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A `region-agent` child process.
@@ -37,8 +41,18 @@ impl AgentProcess {
     async fn spawn(pool: &PgPool, port: u16) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_region-agent"))
             .args(["--region", "eu", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--database-url", &database_url(pool), "--admin-token", ADMIN])
-            .args(["--tenant-key", &format!("acme={ACME_KEY}"), "--db-pool-size", "4"])
+            .args([
+                "--database-url",
+                &database_url(pool),
+                "--admin-token",
+                ADMIN,
+            ])
+            .args([
+                "--tenant-key",
+                &format!("acme={ACME_KEY}"),
+                "--db-pool-size",
+                "4",
+            ])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -46,10 +60,18 @@ impl AgentProcess {
             .unwrap();
         let api = Api::new(&format!("http://127.0.0.1:{port}"));
         let probe = api.clone();
-        eventually("the agent answers /readyz", Duration::from_secs(20), async || {
-            let r = probe.client.get(format!("{}/readyz", probe.url)).send().await;
-            r.is_ok_and(|r| r.status() == StatusCode::OK)
-        })
+        eventually(
+            "the agent answers /readyz",
+            Duration::from_secs(20),
+            async || {
+                let r = probe
+                    .client
+                    .get(format!("{}/readyz", probe.url))
+                    .send()
+                    .await;
+                r.is_ok_and(|r| r.status() == StatusCode::OK)
+            },
+        )
         .await;
         Self { child, api }
     }
@@ -97,9 +119,11 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
             (key, format!("user-{i}"), answer.ok().map(|(s, _)| s))
         }));
     }
-    eventually("some holds acknowledged", Duration::from_secs(30), async || {
-        acknowledged.load(Ordering::SeqCst) >= 50
-    })
+    eventually(
+        "some holds acknowledged",
+        Duration::from_secs(30),
+        async || acknowledged.load(Ordering::SeqCst) >= 50,
+    )
     .await;
     agent.signal("-KILL");
     let mut answers = Vec::new();
@@ -116,7 +140,11 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
         match status {
             Some(StatusCode::CREATED) => {
                 let (s, row) = api.get(key).await;
-                assert_eq!((s, row["status"].as_str()), (StatusCode::OK, Some("HELD")), "{key} survived");
+                assert_eq!(
+                    (s, row["status"].as_str()),
+                    (StatusCode::OK, Some("HELD")),
+                    "{key} survived"
+                );
                 held.push(key.clone());
             }
             Some(StatusCode::CONFLICT) => {}
@@ -124,7 +152,9 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
                 unanswered += 1;
                 let (s, body, _) = api.reserve_until_final(key, user, "drop").await;
                 match (s, body["outcome"].as_str()) {
-                    (StatusCode::CREATED, Some("HELD")) | (StatusCode::OK, Some("REPLAY")) => held.push(key.clone()),
+                    (StatusCode::CREATED, Some("HELD")) | (StatusCode::OK, Some("REPLAY")) => {
+                        held.push(key.clone())
+                    }
                     (StatusCode::CONFLICT, Some("SOLD_OUT")) => {}
                     other => panic!("unexpected retry answer {other:?}"),
                 }
@@ -143,7 +173,10 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
         .unwrap();
     rows.sort();
     held.sort();
-    assert_eq!(rows, held, "rows are exactly the acknowledged and replayed holds");
+    assert_eq!(
+        rows, held,
+        "rows are exactly the acknowledged and replayed holds"
+    );
     let s = stored(&pool, "drop").await;
     assert_balanced(&s);
     assert_eq!(s.held as usize, held.len());
@@ -159,22 +192,34 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     let api = agent.api.clone();
     api.put_sku("acme", "drop", json!({"total": 100})).await;
 
-    let mut locker = PgConnection::connect_with(&pool.connect_options()).await.unwrap();
+    let mut locker = PgConnection::connect_with(&pool.connect_options())
+        .await
+        .unwrap();
     sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
     let buyers: Vec<_> = (0..20)
         .map(|i| {
             let api = api.clone();
-            tokio::spawn(async move { api.reserve(&format!("k{i}"), &format!("u{i}"), "drop").await })
+            tokio::spawn(async move {
+                api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
+                    .await
+            })
         })
         .collect();
-    eventually("a commit waits on the lock", Duration::from_secs(10), async || {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        n > 0
-    })
+    eventually(
+        "a commit waits on the lock",
+        Duration::from_secs(10),
+        async || {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n > 0
+        },
+    )
     .await;
     agent.signal("-TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -187,7 +232,11 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
         if status == StatusCode::CREATED {
             created += 1;
         } else {
-            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "only a refusal before writing");
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "only a refusal before writing"
+            );
         }
     }
     let mut exit = None;
@@ -197,7 +246,10 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     })
     .await;
     assert!(exit.unwrap().success());
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations").fetch_one(&pool).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     println!("SIGTERM drain: {created} holds answered 201, {rows} rows");
     assert_eq!(rows, created);
     assert!(created > 0);
@@ -212,9 +264,14 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 5})).await;
 
-    let mut locker = PgConnection::connect_with(&pool.connect_options()).await.unwrap();
+    let mut locker = PgConnection::connect_with(&pool.connect_options())
+        .await
+        .unwrap();
     sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
 
     let body = json!({"request_key": "gone", "user_id": "u", "sku": "drop"}).to_string();
     let request = format!(
@@ -225,26 +282,35 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
     let addr = api.url.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
     socket.write_all(request.as_bytes()).await.unwrap();
-    eventually("the commit waits on the lock", Duration::from_secs(10), async || {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        n > 0
-    })
+    eventually(
+        "the commit waits on the lock",
+        Duration::from_secs(10),
+        async || {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n > 0
+        },
+    )
     .await;
     drop(socket);
     tokio::time::sleep(Duration::from_millis(100)).await;
     sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
 
-    eventually("the reservation is committed", Duration::from_secs(10), async || {
-        api.get("gone").await.0 == StatusCode::OK
-    })
+    eventually(
+        "the reservation is committed",
+        Duration::from_secs(10),
+        async || api.get("gone").await.0 == StatusCode::OK,
+    )
     .await;
     let (_, row) = api.get("gone").await;
     assert_eq!(row["status"], "HELD");
     let (status, body) = api.reserve("gone", "u", "drop").await;
-    assert_eq!((status, body["outcome"].as_str()), (StatusCode::OK, Some("REPLAY")));
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::OK, Some("REPLAY"))
+    );
     let s = stored(&pool, "drop").await;
     assert_balanced(&s);
     assert_eq!(s.held, 1);
@@ -264,20 +330,32 @@ async fn a_second_agent_fences_the_first(pool: PgPool) {
     let second = TestAgent::start(&pool).await;
     let b = second.api();
     let (status, body) = a.reserve("k2", "u2", "drop").await;
-    assert_eq!((status, body["outcome"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED")));
-    assert_eq!(a.action("k1", "confirm").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED"))
+    );
+    assert_eq!(
+        a.action("k1", "confirm").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     let (status, _) = a.put_sku("acme", "drop", json!({"total": 50})).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    let r = a.client.get(format!("{}/readyz", a.url)).send().await.unwrap();
+    let r = a
+        .client
+        .get(format!("{}/readyz", a.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     assert_eq!(b.reserve("k3", "u3", "drop").await.0, StatusCode::CREATED);
     assert_eq!(b.reserve("k4", "u4", "drop").await.1["outcome"], "SOLD_OUT");
     assert_eq!(b.action("k1", "confirm").await.0, StatusCode::OK);
-    let rows: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert_eq!(rows, vec!["k1", "k3"]);
     let s = stored(&pool, "drop").await;
     assert_balanced(&s);
@@ -297,18 +375,28 @@ async fn drift_found_at_start_stops_only_that_sku(pool: PgPool) {
     api.reserve("k1", "u1", "drop").await;
     agent.stop().await;
     // Balanced counters that no longer match the rows.
-    sqlx::query("UPDATE sku_stock SET held = held - 1, available = available + 1 WHERE sku = 'drop'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE sku_stock SET held = held - 1, available = available + 1 WHERE sku = 'drop'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
 
     let agent = TestAgent::start(&pool).await;
     let api = agent.api();
     let (status, body) = api.reserve("k2", "u2", "drop").await;
-    assert_eq!((status, body["outcome"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED")));
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED"))
+    );
     assert_eq!(api.reserve("k3", "u3", "calm").await.0, StatusCode::CREATED);
     let (_, audit) = api.admin_get("/v1/admin/audit").await;
-    let drop_line = audit["skus"].as_array().unwrap().iter().find(|s| s["sku"] == "drop").unwrap();
+    let drop_line = audit["skus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sku"] == "drop")
+        .unwrap();
     assert_eq!(drop_line["rows_drift"], 1);
     assert_eq!(audit["drift_total"], 1);
     let (_, sku) = api.admin_get("/v1/admin/skus/acme/drop").await;
