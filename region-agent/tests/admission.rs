@@ -2,6 +2,8 @@
 //! anything is written, sold out and SKU status answered from memory, and
 //! the operational endpoints.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! problem with nothing written; a missing or wrong key is 401; a tenant
 //! never sees another tenant's SKUs or reservations.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 mod common;
 
 use common::*;

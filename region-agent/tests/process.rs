@@ -2,6 +2,8 @@
 //! that disconnects, a second agent taking the region, and drift found at
 //! start. The first two run the real `region-agent` binary.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 mod common;
 
 use std::process::{Child, Command, Stdio};

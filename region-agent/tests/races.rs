@@ -1,6 +1,8 @@
 //! Concurrency against the real PostgreSQL through real HTTP: the races the
 //! design must win, each checked by counts, statuses and the invariant.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 mod common;
 
 use std::collections::HashMap;

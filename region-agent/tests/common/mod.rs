@@ -1,7 +1,7 @@
 //! Shared test harness: an agent on a loopback socket over a real
 //! PostgreSQL database, and a small HTTP client for its API.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
