@@ -12,15 +12,26 @@
 //! - [`admission`]: which queued reserve requests a batch may try to hold.
 //! - [`book`]: a complete in-memory SKU book combining the above; the model
 //!   the property tests and the simulator drive.
+//! - [`policy`]: how the coordinator splits and moves quota between regions.
+//! - [`pool`]: the coordinator's ledger: pool, in transit, leases.
+//! - [`protocol`]: the messages between region agents and the coordinator.
+//! - [`rate`]: a region's recent sale rate, for the policy.
 
 pub mod admission;
 pub mod book;
 pub mod ids;
 pub mod ledger;
+pub mod policy;
+pub mod pool;
+pub mod protocol;
+pub mod rate;
 pub mod reservation;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
 pub use book::{Book, ReserveOutcome};
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
+pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
+pub use pool::{PoolLedger, RegionQuota};
+pub use rate::RateMeter;
 pub use reservation::{Refusal, Reservation, Status, Transition};

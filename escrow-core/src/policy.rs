@@ -1,0 +1,625 @@
+//! Rebalancing policy: how a SKU's total is split over regions and moved
+//! between them as they sell.
+//!
+//! The coordinator keeps, per SKU, a pool of units not leased to any region
+//! and a [`RegionState`] per region built from the agents' reports. After
+//! every report it asks its [`Policy`] for a [`Plan`]: grants from the pool,
+//! recalls of free quota, and the SKU's [`Mode`]. The simulator calls the
+//! same trait with the same inputs, so a policy chosen by simulation is the
+//! policy that runs.
+//!
+//! Policies never move units themselves; the coordinator turns a plan into
+//! transfers, and a plan is only ever bounded by what is in the pool (grants)
+//! or free in a region (recalls), so no plan can create or destroy a unit.
+
+use serde::{Deserialize, Serialize};
+
+/// How a SKU sells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Mode {
+    /// Regions sell from their own quota; the coordinator refills them.
+    Escrow,
+    /// Tail merged: free quota lives in the pool and each sale takes exactly
+    /// its units from it, synchronously.
+    Central,
+}
+
+impl Mode {
+    /// The mode as stored (`ESCROW`, `CENTRAL`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Escrow => "ESCROW",
+            Mode::Central => "CENTRAL",
+        }
+    }
+
+    /// Parses a stored mode.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "ESCROW" => Some(Mode::Escrow),
+            "CENTRAL" => Some(Mode::Central),
+            _ => None,
+        }
+    }
+}
+
+/// What the coordinator knows of one region's share of one SKU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionState {
+    /// Relative share of the total this region should get.
+    pub weight: u32,
+    /// Units granted and delivered minus units returned.
+    pub leased: u64,
+    /// Units granted to it and not yet acknowledged.
+    pub in_transit: u64,
+    /// Available units at its last report.
+    pub available: u64,
+    /// Units it sells per second, recently (reported).
+    pub sale_rate_per_s: f64,
+    /// Round trip to the coordinator, ms (reported).
+    pub rtt_ms: u64,
+    /// Units asked back and not yet returned.
+    pub recall_pending: u64,
+}
+
+impl RegionState {
+    /// Units this region can sell without asking: available plus on the way.
+    pub fn on_hand(&self) -> u64 {
+        self.available + self.in_transit
+    }
+}
+
+/// The coordinator's view of one SKU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkuState {
+    /// Units the SKU has in all.
+    pub total: u64,
+    /// Units not leased to any region.
+    pub pool: u64,
+    /// Current mode.
+    pub mode: Mode,
+    /// One entry per region taking part.
+    pub regions: Vec<RegionState>,
+}
+
+impl SkuState {
+    /// Units not yet held or sold anywhere: pool, in transit, free in regions.
+    pub fn remainder(&self) -> u64 {
+        self.pool + self.regions.iter().map(RegionState::on_hand).sum::<u64>()
+    }
+}
+
+/// What the coordinator should do for one SKU now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Units to grant from the pool, by region index.
+    pub grants: Vec<(usize, u64)>,
+    /// Units to ask back, by region index (on top of pending recalls).
+    pub recalls: Vec<(usize, u64)>,
+    /// Switch to central mode (tail merge). Never switches back by itself.
+    pub central: bool,
+}
+
+/// A rebalancing policy.
+pub trait Policy: Send + Sync + std::fmt::Debug {
+    /// The policy's name, as shown in reports.
+    fn name(&self) -> &'static str;
+
+    /// Splits a new SKU's `total` by region `weights`; what is not granted stays in the pool.
+    fn initial_split(&self, total: u64, weights: &[u32]) -> Vec<u64>;
+
+    /// Decides grants, recalls and mode for a SKU after a report.
+    fn plan(&self, sku: &SkuState) -> Plan;
+
+    /// Whether a new SKU starts in central mode.
+    fn starts_central(&self) -> bool {
+        false
+    }
+}
+
+/// Splits `units` by `weights` (largest remainder), summing exactly to `units`.
+pub fn split_by_weight(units: u64, weights: &[u32]) -> Vec<u64> {
+    let sum: u64 = weights.iter().map(|w| u64::from(*w)).sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let mut shares: Vec<u64> = weights
+        .iter()
+        .map(|w| (u128::from(units) * u128::from(*w) / u128::from(sum)) as u64)
+        .collect();
+    let mut left = units - shares.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..weights.len()).filter(|i| weights[*i] > 0).collect();
+    order.sort_by_key(|i| {
+        std::cmp::Reverse(u128::from(units) * u128::from(weights[*i]) % u128::from(sum))
+    });
+    for i in order.iter().cycle().take(left as usize) {
+        shares[*i] += 1;
+        left -= 1;
+    }
+    assert_eq!(left, 0);
+    assert_eq!(shares.iter().sum::<u64>(), units);
+    shares
+}
+
+/// Never rebalance: the whole total split once by weight.
+#[derive(Debug, Clone, Default)]
+pub struct StaticSplit;
+
+impl Policy for StaticSplit {
+    fn name(&self) -> &'static str {
+        "static"
+    }
+    fn initial_split(&self, total: u64, weights: &[u32]) -> Vec<u64> {
+        split_by_weight(total, weights)
+    }
+    fn plan(&self, _sku: &SkuState) -> Plan {
+        Plan::default()
+    }
+}
+
+/// Refill settings shared by the refilling policies.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RefillSettings {
+    /// Share of the total kept in the pool at creation, 0.0..=1.0.
+    pub reserve_fraction: f64,
+    /// Seconds of sales a region should have on hand beyond its round trip.
+    pub low_water_s: f64,
+    /// Seconds of sales a refill tops a region up to.
+    pub refill_s: f64,
+    /// A region is never left with fewer units than this while the pool has some.
+    pub min_units: u64,
+    /// How often agents report, ms; part of how long a refill takes to arrive.
+    pub sync_interval_ms: u64,
+}
+
+impl Default for RefillSettings {
+    fn default() -> Self {
+        Self {
+            reserve_fraction: 0.2,
+            low_water_s: 1.0,
+            refill_s: 3.0,
+            min_units: 2,
+            sync_interval_ms: 200,
+        }
+    }
+}
+
+impl RefillSettings {
+    /// Units below which a region asks for more: what it sells while a
+    /// refill travels (one sync interval and a round trip), times a margin.
+    pub fn low_water(&self, r: &RegionState) -> u64 {
+        let travel_s = (r.rtt_ms + self.sync_interval_ms) as f64 / 1000.0;
+        (r.sale_rate_per_s * (travel_s + self.low_water_s)).ceil() as u64 + self.min_units
+    }
+
+    /// Units a refill tops a region up to.
+    pub fn target(&self, r: &RegionState) -> u64 {
+        let travel_s = (r.rtt_ms + self.sync_interval_ms) as f64 / 1000.0;
+        (r.sale_rate_per_s * (travel_s + self.refill_s)).ceil() as u64 + self.min_units
+    }
+
+    fn split(&self, total: u64, weights: &[u32]) -> Vec<u64> {
+        let reserve = (total as f64 * self.reserve_fraction.clamp(0.0, 1.0)).ceil() as u64;
+        split_by_weight(total - reserve.min(total), weights)
+    }
+
+    /// Grants from the pool to every region below its low-water mark, most
+    /// starved first, each up to its target, while the pool lasts.
+    fn refills(&self, sku: &SkuState) -> (Vec<(usize, u64)>, u64) {
+        let mut pool = sku.pool;
+        let mut needy: Vec<(usize, u64)> = sku
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.weight > 0 && r.on_hand() < self.low_water(r))
+            .map(|(i, r)| (i, self.target(r) - r.on_hand()))
+            .collect();
+        needy.sort_by_key(|(i, want)| (std::cmp::Reverse(*want), *i));
+        let mut grants = Vec::new();
+        for (i, want) in needy {
+            let units = want.min(pool);
+            if units > 0 {
+                pool -= units;
+                grants.push((i, units));
+            }
+        }
+        (grants, pool)
+    }
+}
+
+/// Refill from the pool when a region falls below its low-water mark.
+#[derive(Debug, Clone, Default)]
+pub struct RefillOnLowWater {
+    /// Settings.
+    pub settings: RefillSettings,
+}
+
+impl Policy for RefillOnLowWater {
+    fn name(&self) -> &'static str {
+        "refill"
+    }
+    fn initial_split(&self, total: u64, weights: &[u32]) -> Vec<u64> {
+        self.settings.split(total, weights)
+    }
+    fn plan(&self, sku: &SkuState) -> Plan {
+        Plan {
+            grants: self.settings.refills(sku).0,
+            ..Plan::default()
+        }
+    }
+}
+
+/// Share the remainder in proportion to recent demand (as capacity
+/// allocators such as Doorman do): regions above their share give back the
+/// surplus, regions below get the difference from the pool.
+#[derive(Debug, Clone)]
+pub struct ProportionalShare {
+    /// Share of the total kept in the pool at creation.
+    pub reserve_fraction: f64,
+    /// Surplus below which a region is not asked to give back (avoids churn).
+    pub recall_min_units: u64,
+}
+
+impl Default for ProportionalShare {
+    fn default() -> Self {
+        Self {
+            reserve_fraction: 0.2,
+            recall_min_units: 5,
+        }
+    }
+}
+
+impl Policy for ProportionalShare {
+    fn name(&self) -> &'static str {
+        "proportional"
+    }
+    fn initial_split(&self, total: u64, weights: &[u32]) -> Vec<u64> {
+        let reserve = (total as f64 * self.reserve_fraction.clamp(0.0, 1.0)).ceil() as u64;
+        split_by_weight(total - reserve.min(total), weights)
+    }
+    fn plan(&self, sku: &SkuState) -> Plan {
+        let free = sku.remainder();
+        // Demand in milli-units per second, with weight as the floor so idle regions keep a share.
+        let demand: Vec<u32> = sku
+            .regions
+            .iter()
+            .map(|r| {
+                if r.weight == 0 {
+                    0
+                } else {
+                    ((r.sale_rate_per_s * 1000.0) as u32).max(1)
+                }
+            })
+            .collect();
+        let shares = split_by_weight(free, &demand);
+        let mut plan = Plan::default();
+        let mut pool = sku.pool;
+        for (i, (r, share)) in sku.regions.iter().zip(&shares).enumerate() {
+            let on_hand = r.on_hand();
+            if on_hand + self.recall_min_units < *share {
+                let units = (share - on_hand).min(pool);
+                if units > 0 {
+                    pool -= units;
+                    plan.grants.push((i, units));
+                }
+            } else if *share + self.recall_min_units < r.available.saturating_sub(r.recall_pending)
+            {
+                plan.recalls
+                    .push((i, r.available - r.recall_pending - share));
+            }
+        }
+        plan
+    }
+}
+
+/// Settings of [`TailMerge`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TailMergeSettings {
+    /// Refill behaviour before the tail.
+    pub refill: RefillSettings,
+    /// Merge when the remainder is at most this many units...
+    pub merge_units: u64,
+    /// ...or at most this share of the total, whichever is larger.
+    pub merge_fraction: f64,
+    /// A region holding more than this many times its target while another
+    /// region is starved and the pool is empty gives the excess back.
+    pub surplus_factor: f64,
+}
+
+impl Default for TailMergeSettings {
+    fn default() -> Self {
+        Self {
+            refill: RefillSettings::default(),
+            merge_units: 20,
+            merge_fraction: 0.02,
+            surplus_factor: 2.0,
+        }
+    }
+}
+
+/// Our policy: refill on low water, recall surplus from slow regions when
+/// the pool is empty, and merge the tail into central mode near sell-out.
+#[derive(Debug, Clone, Default)]
+pub struct TailMerge {
+    /// Settings.
+    pub settings: TailMergeSettings,
+}
+
+impl TailMerge {
+    /// The remainder at or below which the tail is merged.
+    pub fn threshold(&self, total: u64) -> u64 {
+        self.settings
+            .merge_units
+            .max((total as f64 * self.settings.merge_fraction).ceil() as u64)
+    }
+}
+
+impl Policy for TailMerge {
+    fn name(&self) -> &'static str {
+        "tail-merge"
+    }
+    fn initial_split(&self, total: u64, weights: &[u32]) -> Vec<u64> {
+        self.settings.refill.split(total, weights)
+    }
+    fn plan(&self, sku: &SkuState) -> Plan {
+        if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku.total) {
+            return central_plan(sku);
+        }
+        let refill = &self.settings.refill;
+        let (grants, pool_left) = refill.refills(sku);
+        let mut plan = Plan {
+            grants,
+            ..Plan::default()
+        };
+        let starved = sku
+            .regions
+            .iter()
+            .any(|r| r.weight > 0 && r.on_hand() < refill.low_water(r));
+        if pool_left == 0 && starved {
+            for (i, r) in sku.regions.iter().enumerate() {
+                let keep = (refill.target(r) as f64 * self.settings.surplus_factor).ceil() as u64;
+                let free = r.available.saturating_sub(r.recall_pending);
+                let keep = if r.weight == 0 { 0 } else { keep };
+                if free > keep {
+                    plan.recalls.push((i, free - keep));
+                }
+            }
+        }
+        plan
+    }
+}
+
+/// In central mode every free unit belongs in the pool: recall all of it.
+fn central_plan(sku: &SkuState) -> Plan {
+    Plan {
+        grants: Vec::new(),
+        recalls: sku
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.available > r.recall_pending)
+            .map(|(i, r)| (i, r.available - r.recall_pending))
+            .collect(),
+        central: true,
+    }
+}
+
+/// Every sale asks the coordinator: all units stay in the pool.
+#[derive(Debug, Clone, Default)]
+pub struct CentralOnly;
+
+impl Policy for CentralOnly {
+    fn name(&self) -> &'static str {
+        "central"
+    }
+    fn initial_split(&self, _total: u64, weights: &[u32]) -> Vec<u64> {
+        vec![0; weights.len()]
+    }
+    fn plan(&self, sku: &SkuState) -> Plan {
+        central_plan(sku)
+    }
+    fn starts_central(&self) -> bool {
+        true
+    }
+}
+
+/// The answer to a region asking for units it does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeDecision {
+    /// Units granted from the pool now.
+    pub granted: u64,
+    /// No unit is free anywhere: not in the pool, not in transit, not in
+    /// any region. Only then may a buyer be told SOLD_OUT.
+    pub exhausted: bool,
+}
+
+/// Decides a synchronous take of `units` for region `asking`: grant what
+/// the pool has (up to `units`); report exhaustion only when nothing is
+/// free anywhere after the grant.
+pub fn decide_take(sku: &SkuState, asking: usize, units: u64) -> TakeDecision {
+    let granted = units.min(sku.pool);
+    let elsewhere: u64 = sku
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if i == asking {
+                r.in_transit
+            } else {
+                r.on_hand()
+            }
+        })
+        .sum();
+    TakeDecision {
+        granted,
+        exhausted: granted < units && sku.pool == granted && elsewhere == 0,
+    }
+}
+
+/// Whether a SKU has nothing free anywhere: what agents cache as sold out.
+pub fn is_exhausted(sku: &SkuState) -> bool {
+    sku.remainder() == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn region(weight: u32, available: u64, rate: f64) -> RegionState {
+        RegionState {
+            weight,
+            leased: available,
+            in_transit: 0,
+            available,
+            sale_rate_per_s: rate,
+            rtt_ms: 100,
+            recall_pending: 0,
+        }
+    }
+
+    /// Goal: splits by weight sum exactly to the units, for any weights.
+    #[test]
+    fn split_by_weight_is_exact() {
+        assert_eq!(split_by_weight(10, &[2, 1]), vec![7, 3]);
+        assert_eq!(split_by_weight(10, &[1, 1, 1]).iter().sum::<u64>(), 10);
+        assert_eq!(split_by_weight(5, &[0, 0]), vec![0, 0]);
+        assert_eq!(split_by_weight(3, &[0, 1]), vec![0, 3]);
+    }
+
+    /// Goal: a region selling steadily is refilled before it runs dry, from the pool only.
+    #[test]
+    fn refill_tops_up_a_region_below_low_water() {
+        let policy = TailMerge::default();
+        let sku = SkuState {
+            total: 10_000,
+            pool: 1_000,
+            mode: Mode::Escrow,
+            regions: vec![region(1, 5, 50.0), region(1, 5_000, 1.0)],
+        };
+        let plan = policy.plan(&sku);
+        assert!(!plan.central);
+        assert_eq!(plan.grants.len(), 1);
+        assert_eq!(plan.grants[0].0, 0);
+        assert!(plan.grants[0].1 > 50);
+        assert!(plan.recalls.is_empty());
+    }
+
+    /// Goal: with the pool empty and a region starved, surplus comes back from a slow region.
+    #[test]
+    fn surplus_is_recalled_when_the_pool_is_empty() {
+        let policy = TailMerge::default();
+        let sku = SkuState {
+            total: 10_000,
+            pool: 0,
+            mode: Mode::Escrow,
+            regions: vec![region(1, 0, 50.0), region(1, 5_000, 1.0)],
+        };
+        let plan = policy.plan(&sku);
+        assert_eq!(plan.recalls.len(), 1);
+        assert_eq!(plan.recalls[0].0, 1);
+    }
+
+    /// Goal: near the end the tail merges: central mode, every free unit recalled.
+    #[test]
+    fn tail_merges_below_threshold() {
+        let policy = TailMerge::default();
+        let sku = SkuState {
+            total: 1_000,
+            pool: 3,
+            mode: Mode::Escrow,
+            regions: vec![region(1, 4, 5.0), region(1, 6, 1.0)],
+        };
+        let plan = policy.plan(&sku);
+        assert!(plan.central);
+        assert_eq!(plan.recalls, vec![(0, 4), (1, 6)]);
+    }
+
+    /// Goal: a take says exhausted only when no unit is free anywhere.
+    #[test]
+    fn take_is_exhausted_only_when_nothing_is_free() {
+        let mut sku = SkuState {
+            total: 10,
+            pool: 1,
+            mode: Mode::Central,
+            regions: vec![region(1, 0, 0.0), region(1, 0, 0.0)],
+        };
+        assert_eq!(
+            decide_take(&sku, 0, 1),
+            TakeDecision {
+                granted: 1,
+                exhausted: false
+            }
+        );
+        assert_eq!(
+            decide_take(&sku, 0, 2),
+            TakeDecision {
+                granted: 1,
+                exhausted: true
+            }
+        );
+        sku.regions[1].available = 1;
+        assert_eq!(
+            decide_take(&sku, 0, 2),
+            TakeDecision {
+                granted: 1,
+                exhausted: false
+            }
+        );
+        sku.pool = 0;
+        sku.regions[1].available = 0;
+        sku.regions[1].in_transit = 1;
+        assert_eq!(
+            decide_take(&sku, 0, 1),
+            TakeDecision {
+                granted: 0,
+                exhausted: false
+            }
+        );
+    }
+
+    fn policies() -> Vec<Box<dyn Policy>> {
+        vec![
+            Box::new(StaticSplit),
+            Box::new(RefillOnLowWater::default()),
+            Box::new(ProportionalShare::default()),
+            Box::new(TailMerge::default()),
+            Box::new(CentralOnly),
+        ]
+    }
+
+    proptest! {
+        /// Goal: no policy ever plans to grant more than the pool holds or
+        /// to recall more than a region has free, and initial splits never
+        /// exceed the total.
+        #[test]
+        fn plans_stay_within_what_exists(
+            total in 0..100_000u64,
+            pool_share in 0.0..1.0f64,
+            regions in proptest::collection::vec((0..5u32, 0..5_000u64, 0.0..500.0f64, 0..300u64, 0..100u64), 1..6),
+        ) {
+            let pool = (total as f64 * pool_share) as u64;
+            let sku = SkuState {
+                total,
+                pool,
+                mode: Mode::Escrow,
+                regions: regions.iter().map(|&(w, a, rate, rtt, pending)| RegionState {
+                    weight: w, leased: a, in_transit: 0, available: a, sale_rate_per_s: rate, rtt_ms: rtt,
+                    recall_pending: pending.min(a),
+                }).collect(),
+            };
+            let weights: Vec<u32> = sku.regions.iter().map(|r| r.weight).collect();
+            for policy in policies() {
+                prop_assert!(policy.initial_split(total, &weights).iter().sum::<u64>() <= total);
+                let plan = policy.plan(&sku);
+                prop_assert!(plan.grants.iter().map(|g| g.1).sum::<u64>() <= pool, "{}", policy.name());
+                for &(i, units) in &plan.recalls {
+                    let r = &sku.regions[i];
+                    prop_assert!(units <= r.available - r.recall_pending, "{}", policy.name());
+                }
+            }
+        }
+    }
+}

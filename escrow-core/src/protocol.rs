@@ -1,0 +1,136 @@
+//! Messages between a region agent and the coordinator.
+//!
+//! The agent always initiates (it may sit behind NAT): it sends a
+//! [`SyncRequest`] on a schedule and a [`TakeRequest`] when a buyer needs
+//! units it does not have; directives come back in the responses.
+//!
+//! Quota moves only as transfers with an id. The sender debits and records
+//! the transfer in its outbox in one transaction; the receiver credits it
+//! and records the id in one transaction, so a duplicate is recognised and
+//! ignored; the sender learns of delivery from the receiver and only then
+//! forgets the transfer. Grants flow coordinator -> agent (in
+//! `SyncResponse::grants`, acknowledged in the next `SyncRequest::acks`),
+//! returns agent -> coordinator (in `SyncRequest::returns`, confirmed in
+//! `SyncResponse::applied_returns`).
+//!
+//! A sync request carries the agent's counters, the grants it applied and
+//! the returns it debited, all read in one database snapshot; the
+//! coordinator applies all three in one transaction. So the coordinator's
+//! ledger plus the latest report always add up to the total, however late,
+//! duplicated or reordered the messages are.
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Mode;
+
+/// A unit movement between the pool and a region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferMsg {
+    /// Unique id chosen by the sender; the receiver applies each id once.
+    pub id: String,
+    /// The SKU's tenant.
+    pub tenant: String,
+    /// The SKU.
+    pub sku: String,
+    /// Units moved, at least 1.
+    pub units: u64,
+}
+
+/// One SKU's counters at one region, as of the request's snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkuReport {
+    /// The SKU's tenant.
+    pub tenant: String,
+    /// The SKU.
+    pub sku: String,
+    /// Units that may be held now.
+    pub available: u64,
+    /// Units held.
+    pub held: u64,
+    /// Units sold.
+    pub sold: u64,
+    /// Units per second recently held (demand the region met).
+    pub sale_rate_per_s: f64,
+}
+
+/// Agent -> coordinator, on a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    /// The agent's fencing epoch in its own database.
+    pub epoch: i64,
+    /// Increases with every request of this epoch; orders reports.
+    pub seq: u64,
+    /// The agent's last measured round trip to the coordinator, ms.
+    pub rtt_ms: u64,
+    /// Counters of every SKU the agent has.
+    pub skus: Vec<SkuReport>,
+    /// Ids of grants the agent applied and has not seen confirmed.
+    pub acks: Vec<String>,
+    /// Returns the agent debited and has not seen applied.
+    pub returns: Vec<TransferMsg>,
+}
+
+/// The coordinator's instructions for one SKU at one region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkuDirective {
+    /// The SKU's tenant.
+    pub tenant: String,
+    /// The SKU.
+    pub sku: String,
+    /// Escrow or central.
+    pub mode: Mode,
+    /// Stop selling.
+    pub paused: bool,
+    /// Units per reservation at most.
+    pub max_per_user: u32,
+    /// Default hold duration.
+    pub hold_ttl_ms: u64,
+    /// Units to give back now (at most what is available).
+    pub recall: u64,
+    /// Nothing is free anywhere: answer SOLD_OUT without asking.
+    pub sold_out: bool,
+}
+
+/// Coordinator -> agent, the answer to a [`SyncRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncResponse {
+    /// Every grant to this region not yet acknowledged.
+    pub grants: Vec<TransferMsg>,
+    /// Acks the coordinator has recorded (the agent may forget them).
+    pub confirmed: Vec<String>,
+    /// Returns the coordinator has applied (the agent may forget them).
+    pub applied_returns: Vec<String>,
+    /// One directive per SKU this region takes part in.
+    pub skus: Vec<SkuDirective>,
+}
+
+/// Agent -> coordinator: units a buyer needs now that the region lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TakeRequest {
+    /// Idempotency id; becomes the grant's id, so a retry gets the same grant.
+    pub id: String,
+    /// The SKU's tenant.
+    pub tenant: String,
+    /// The SKU.
+    pub sku: String,
+    /// Units wanted, at least 1.
+    pub units: u64,
+}
+
+/// Coordinator -> agent, the answer to a [`TakeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TakeResponse {
+    /// The grant made (possibly fewer units than asked), if any.
+    pub grant: Option<TransferMsg>,
+    /// No unit is free anywhere: the units not granted are sold out.
+    pub exhausted: bool,
+    /// The SKU is paused at the coordinator.
+    pub paused: bool,
+}
