@@ -390,6 +390,17 @@ impl Policy for TailMerge {
     }
 }
 
+/// Recalls of every free unit from regions whose weight is 0 (removed from
+/// the SKU). The coordinator adds these to any policy's plan.
+pub fn retired_recalls(sku: &SkuState) -> Vec<(usize, u64)> {
+    sku.regions
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.weight == 0 && r.available > r.recall_pending)
+        .map(|(i, r)| (i, r.available - r.recall_pending))
+        .collect()
+}
+
 /// In central mode every free unit belongs in the pool: recall all of it.
 fn central_plan(sku: &SkuState) -> Plan {
     Plan {

@@ -89,8 +89,10 @@ pub struct SkuDirective {
     pub max_per_user: u32,
     /// Default hold duration.
     pub hold_ttl_ms: u64,
-    /// Units to give back now (at most what is available).
-    pub recall: u64,
+    /// Give back available units until this region's cumulative returned
+    /// units reach this number. Cumulative, so a repeated directive never
+    /// makes the region give back twice.
+    pub return_until: u64,
     /// Nothing is free anywhere: answer SOLD_OUT without asking.
     pub sold_out: bool,
 }
