@@ -42,6 +42,9 @@ pub struct Config {
     /// Longest a request may wait in the queue; beyond it, 503 REJECTED_WAIT_TIMEOUT.
     #[arg(long, env = "AGENT_WAIT_TIMEOUT_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub wait_timeout_ms: u64,
+    /// How often to sync with the coordinator, ms.
+    #[arg(long, env = "AGENT_SYNC_INTERVAL_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub sync_interval_ms: u64,
     /// Database connections in the pool.
     #[arg(long, env = "AGENT_DB_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=512))]
     pub db_pool_size: u32,

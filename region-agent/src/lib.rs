@@ -13,12 +13,14 @@
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod coordinator_client;
 pub mod fence;
 pub mod http;
 pub mod keys;
 pub mod owner;
 pub mod registry;
 pub mod store;
+pub mod sync;
 mod telemetry;
 
 use std::future::Future;
@@ -30,6 +32,7 @@ use tokio::net::TcpListener;
 
 use crate::auth::Auth;
 use crate::clock::Clock;
+use crate::coordinator_client::CoordinatorLink;
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
 use crate::owner::{Limits, OwnerDeps};
@@ -47,6 +50,8 @@ pub struct AgentSettings {
     pub auth: Auth,
     /// Queue and batch bounds.
     pub limits: Limits,
+    /// The coordinator; `None` runs standalone.
+    pub coordinator: Option<Arc<CoordinatorLink>>,
 }
 
 /// Shared state of a running agent; cheap to clone.
@@ -62,6 +67,8 @@ struct Inner {
     keys: Arc<KnownKeys>,
     registry: Registry,
     limits: Limits,
+    link: Option<Arc<CoordinatorLink>>,
+    stop_sync: tokio::sync::watch::Sender<bool>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 
@@ -102,6 +109,10 @@ impl AppState {
     pub fn metrics(&self) -> &metrics_exporter_prometheus::PrometheusHandle {
         &self.0.metrics
     }
+    /// The coordinator link; `None` when standalone.
+    pub fn link(&self) -> Option<&Arc<CoordinatorLink>> {
+        self.0.link.as_ref()
+    }
 }
 
 /// Takes the region's lease, loads every SKU and starts their owners.
@@ -121,6 +132,8 @@ pub async fn start(
         fence: fence.clone(),
         keys: keys.clone(),
         limits: settings.limits,
+        region: settings.region.clone(),
+        link: settings.coordinator.clone(),
     };
     let registry = Registry::new(deps);
     for record in store.load_skus().await? {
@@ -130,7 +143,8 @@ pub async fn start(
         );
         registry.start(record);
     }
-    Ok(AppState(Arc::new(Inner {
+    let (stop_sync, stop_rx) = tokio::sync::watch::channel(false);
+    let state = AppState(Arc::new(Inner {
         region: settings.region,
         auth: settings.auth,
         store,
@@ -139,8 +153,14 @@ pub async fn start(
         keys,
         registry,
         limits: settings.limits,
+        link: settings.coordinator.clone(),
+        stop_sync,
         metrics,
-    })))
+    }));
+    if let Some(link) = settings.coordinator {
+        tokio::spawn(sync::run(state.clone(), link, stop_rx));
+    }
+    Ok(state)
 }
 
 /// The HTTP router of an agent.
@@ -159,6 +179,7 @@ pub async fn run(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
+    state.0.stop_sync.send_replace(true);
     for task in state.registry().close() {
         let _ = task.await;
     }

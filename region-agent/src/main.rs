@@ -8,6 +8,7 @@ use clap::Parser;
 use region_agent::auth::Auth;
 use region_agent::clock::SystemClock;
 use region_agent::config::Config;
+use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
 use region_agent::owner::Limits;
 use region_agent::store::postgres::{PgStore, MIGRATOR};
 use region_agent::{run, start, AgentSettings};
@@ -39,9 +40,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let config = Config::parse();
-    if config.coordinator_url.is_some() {
-        bail!("--coordinator-url: coordinator mode is not built yet; run standalone (omit it)");
-    }
+    let coordinator = match &config.coordinator_url {
+        None => None,
+        Some(url) => {
+            let Some(token) = config.region_token.clone() else {
+                bail!("--coordinator-url needs --region-token");
+            };
+            let client =
+                HttpCoordinator::new(url, config.region.clone(), token, Duration::from_secs(2))
+                    .context("building the coordinator client")?;
+            Some(Arc::new(CoordinatorLink::new(
+                Arc::new(client),
+                config.sync_interval_ms,
+            )))
+        }
+    };
     let pool = PgPoolOptions::new()
         .max_connections(config.db_pool_size)
         .acquire_timeout(Duration::from_secs(5))
@@ -57,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
             queue_max: config.max_waiting as usize,
             wait_timeout_ms: config.wait_timeout_ms,
         },
+        coordinator,
     };
     let state = start(
         Arc::new(PgStore::new(pool)),

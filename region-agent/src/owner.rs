@@ -15,13 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use escrow_core::protocol::{SkuDirective, TakeRequest, TransferMsg};
 use escrow_core::{
-    plan_reserves, Deadline, Ledger, Qty, Refusal, RequestKey, Reservation, Sku, SkuSettings,
-    Status, Tenant, TtlMs, UserId,
+    plan_reserves, Deadline, Ledger, Mode, Qty, RateMeter, Refusal, RegionName, RequestKey,
+    Reservation, Sku, SkuSettings, Status, Tenant, TtlMs, UserId,
 };
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
+use crate::coordinator_client::CoordinatorLink;
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
 use crate::store::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange, Store, StoreError};
@@ -134,6 +136,8 @@ pub enum Command {
     Act(RequestKey, Action, Deadline, oneshot::Sender<ActReply>),
     /// An admin changes the SKU.
     Admin(AdminChange, oneshot::Sender<AdminReply>),
+    /// The coordinator's directive and grants for this SKU, from a sync.
+    Sync(SkuDirective, Vec<TransferMsg>),
 }
 
 /// What request handlers may read of a SKU without asking its owner.
@@ -151,6 +155,9 @@ pub struct SkuView {
     halted: AtomicBool,
     max_per_user: AtomicU32,
     hold_ttl_ms: AtomicU64,
+    central: AtomicBool,
+    sold_out_everywhere: AtomicBool,
+    rate_bits: AtomicU64,
 }
 
 /// A point-in-time copy of a [`SkuView`].
@@ -187,7 +194,25 @@ impl SkuView {
             halted: AtomicBool::new(true),
             max_per_user: AtomicU32::new(1),
             hold_ttl_ms: AtomicU64::new(0),
+            central: AtomicBool::new(false),
+            sold_out_everywhere: AtomicBool::new(false),
+            rate_bits: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the SKU sells in central mode (tail merged).
+    pub fn is_central(&self) -> bool {
+        self.central.load(Ordering::Acquire)
+    }
+
+    /// Whether the coordinator said no unit is free anywhere.
+    pub fn is_sold_out_everywhere(&self) -> bool {
+        self.sold_out_everywhere.load(Ordering::Acquire)
+    }
+
+    /// Units held per second, recently.
+    pub fn sale_rate_per_s(&self) -> f64 {
+        f64::from_bits(self.rate_bits.load(Ordering::Acquire))
     }
 
     /// Units available now, as of the last commit.
@@ -246,6 +271,19 @@ pub struct OwnerDeps {
     pub keys: Arc<KnownKeys>,
     /// Queue and batch bounds.
     pub limits: Limits,
+    /// The region served (names return transfers).
+    pub region: RegionName,
+    /// The coordinator, if this agent has one; `None` is standalone.
+    pub link: Option<Arc<CoordinatorLink>>,
+}
+
+/// How a synchronous take from the coordinator ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// No unit is free anywhere: the rest is sold out.
+    Exhausted,
+    /// Units may exist elsewhere, or the coordinator could not be asked: pause.
+    Unsure,
 }
 
 /// One reserve request taken from the queue, with its reply channel.
@@ -276,13 +314,27 @@ struct Owner {
     needs_reload: bool,
     overflow: VecDeque<PendingReserve>,
     next_sweep_ms: u64,
+    mode: Mode,
+    /// Cumulative returned units the coordinator asked for; `None` until told.
+    return_until: Option<u64>,
+    /// Grants from syncs, credited with the next batch.
+    pending_grants: Vec<TransferMsg>,
+    /// Directive changes to persist with the next batch.
+    pending_changes: Vec<StockChange>,
+    rate: RateMeter,
 }
 
 /// Starts the owner of a loaded SKU and returns its handle.
 pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(deps.limits.queue_max);
     let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
+    let now_ms = deps.clock.now_ms();
     let mut owner = Owner {
+        mode: record.mode,
+        return_until: None,
+        pending_grants: Vec::new(),
+        pending_changes: Vec::new(),
+        rate: RateMeter::new(now_ms, 2_000),
         deps,
         view: view.clone(),
         queue: rx,
@@ -313,6 +365,7 @@ impl Owner {
         self.ledger = record.ledger;
         self.settings = record.settings;
         self.paused = record.paused;
+        self.mode = record.mode;
         self.drifted = !record.rows_agree();
         let drift = (record.rows_held as i64 - record.ledger.held as i64).abs()
             + (record.rows_sold as i64 - record.ledger.sold as i64).abs();
@@ -339,6 +392,8 @@ impl Owner {
         v.paused.store(self.paused, Ordering::Release);
         let halted = self.drifted || self.needs_reload || self.deps.fence.is_fenced();
         v.halted.store(halted, Ordering::Release);
+        v.central
+            .store(self.mode == Mode::Central, Ordering::Release);
         metrics::gauge!("escrow_available_units", &self.labels()).set(self.ledger.available as f64);
         metrics::gauge!("escrow_queue_depth", &self.labels()).set(self.queue.len() as f64);
     }
@@ -392,6 +447,7 @@ impl Owner {
                     }
                 }
                 Command::Admin(change, reply) => admins.push((change, reply)),
+                Command::Sync(directive, grants) => self.follow(directive, grants),
             }
         }
         reserves.retain_mut(|p| {
@@ -421,6 +477,76 @@ impl Owner {
             let _ = reply.send(result);
         }
         self.serve(reserves, acts, now_ms).await;
+    }
+
+    /// Takes in a coordinator directive: settings, pause, mode, how much to
+    /// give back, whether the SKU is sold out everywhere; grants wait for
+    /// the next batch.
+    fn follow(&mut self, d: SkuDirective, grants: Vec<TransferMsg>) {
+        if d.paused != self.paused {
+            self.paused = d.paused;
+            self.pending_changes.push(StockChange::Pause(d.paused));
+        }
+        if d.mode != self.mode {
+            tracing::info!(tenant = %self.view.tenant, sku = %self.view.sku, mode = d.mode.as_str(), "mode changed");
+            self.mode = d.mode;
+            self.pending_changes.push(StockChange::Mode(d.mode));
+        }
+        if let Ok(hold_ttl) = TtlMs::parse(d.hold_ttl_ms as i64) {
+            let settings = SkuSettings {
+                max_per_user: d.max_per_user.clamp(1, escrow_core::ids::MAX_PER_USER_MAX),
+                hold_ttl,
+            };
+            if settings != self.settings {
+                self.settings = settings;
+                self.pending_changes.push(StockChange::Settings(settings));
+            }
+        }
+        self.return_until = Some(d.return_until);
+        self.view
+            .sold_out_everywhere
+            .store(d.sold_out, Ordering::Release);
+        for grant in grants {
+            if !self.pending_grants.iter().any(|g| g.id == grant.id) {
+                self.pending_grants.push(grant);
+            }
+        }
+    }
+
+    /// Asks the coordinator for `units` now; adds any grant to the batch.
+    async fn take(&self, batch: &mut Batch, units: u64) -> (u64, Take) {
+        let Some(link) = &self.deps.link else {
+            return (0, Take::Exhausted);
+        };
+        if self.view.is_sold_out_everywhere() {
+            return (0, Take::Exhausted);
+        }
+        let req = TakeRequest {
+            id: format!("t-{}-{}", self.deps.region, uuid::Uuid::new_v4()),
+            tenant: self.view.tenant.to_string(),
+            sku: self.view.sku.to_string(),
+            units,
+        };
+        match link.client.take(&req).await {
+            Ok(resp) => {
+                link.set_down(false);
+                let granted = resp.grant.as_ref().map_or(0, |g| g.units);
+                if let Some(grant) = resp.grant {
+                    batch.grants.push(grant);
+                }
+                if resp.exhausted {
+                    self.view.sold_out_everywhere.store(true, Ordering::Release);
+                    (granted, Take::Exhausted)
+                } else {
+                    (granted, Take::Unsure)
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "take failed; answering PAUSED");
+                link.set_down(true);
+                (0, Take::Unsure)
+            }
+        }
     }
 
     /// Whether this owner may write now; reloads after a failed commit.
@@ -494,6 +620,10 @@ impl Owner {
                         self.paused = paused;
                         Ok(())
                     }
+                    StockChange::Mode(mode) => {
+                        self.mode = mode;
+                        Ok(())
+                    }
                 };
                 self.check(applied);
                 AdminReply::Done
@@ -555,7 +685,16 @@ impl Owner {
             }
         }
         let quantities: Vec<u64> = fresh.iter().map(|p| p.request.qty.units()).collect();
-        let plan = plan_reserves(self.ledger.available, &quantities);
+        let mut plan = plan_reserves(self.ledger.available, &quantities);
+        let mut granted = 0;
+        let mut take = Take::Exhausted;
+        if !plan.overflow.is_empty() {
+            let need = plan.overflow.iter().map(|&i| quantities[i]).sum();
+            (granted, take) = self.take(&mut batch, need).await;
+            if granted > 0 {
+                plan = plan_reserves(self.ledger.available + granted, &quantities);
+            }
+        }
         let mut slots: Vec<Option<PendingReserve>> = fresh.into_iter().map(Some).collect();
         let mut holding = Vec::with_capacity(plan.try_hold.len());
         for &index in &plan.try_hold {
@@ -597,6 +736,33 @@ impl Owner {
             act_results.push(Some((verdict.result, row.clone())));
         }
 
+        for grant in self.pending_grants.drain(..) {
+            if !batch.grants.iter().any(|g| g.id == grant.id) {
+                batch.grants.push(grant);
+            }
+        }
+        batch.changes.append(&mut self.pending_changes);
+        if self.deps.link.is_some() {
+            // What is free after this batch's holds: central mode gives all of
+            // it back to the pool; escrow mode what the coordinator recalled.
+            let free = (self.ledger.available + granted).saturating_sub(plan.units);
+            let wanted = match self.mode {
+                Mode::Central => free,
+                Mode::Escrow => self
+                    .return_until
+                    .map_or(0, |until| until.saturating_sub(self.ledger.returned)),
+            };
+            let units = wanted.min(free);
+            if units > 0 {
+                batch.returns.push(TransferMsg {
+                    id: format!("r-{}-{}", self.deps.region, uuid::Uuid::new_v4()),
+                    tenant: self.view.tenant.to_string(),
+                    sku: self.view.sku.to_string(),
+                    units,
+                });
+            }
+        }
+
         batch.sweep = self.ledger.held > 0 && (now_ms >= self.next_sweep_ms || !acts.is_empty());
         if batch.sweep {
             self.next_sweep_ms = now_ms + SWEEP_INTERVAL_MS;
@@ -620,14 +786,28 @@ impl Owner {
         };
 
         // The batch is durable: move the same units in memory, then answer.
+        for id in &outcome.applied_grants {
+            if let Some(grant) = batch.grants.iter().find(|g| &g.id == id) {
+                self.ledger.receive(grant.units);
+            }
+        }
+        let mut held_units = 0;
         for (hold, inserted) in batch.holds.iter().zip(&outcome.inserted) {
             if *inserted {
                 let moved = self.ledger.hold(hold.qty.units());
                 self.check(moved);
+                held_units += hold.qty.units();
                 self.deps
                     .keys
                     .insert(&self.view.tenant, hold.request_key.clone());
             }
+        }
+        self.rate.record(now_ms, held_units);
+        let rate = self.rate.rate_per_s(now_ms);
+        self.view.rate_bits.store(rate.to_bits(), Ordering::Release);
+        for ret in &batch.returns {
+            let moved = self.ledger.give_back(ret.units);
+            self.check(moved);
         }
         for (_, qty, change) in &batch.transitions {
             let moved = change.apply_to_ledger(&mut self.ledger, *qty);
@@ -674,13 +854,16 @@ impl Owner {
         }
         self.answer_existing(not_inserted).await;
 
-        // Units freed by replays may still serve the overflow; otherwise it is sold out.
+        // Units freed by replays may still serve the overflow. Otherwise it
+        // is sold out only if nothing is free anywhere; else pause.
         overflow.sort_by_key(|p| p.request.qty);
         for p in overflow {
             if p.request.qty.units() <= self.ledger.available {
                 self.overflow.push_back(p);
-            } else {
+            } else if take == Take::Exhausted {
                 answer(p.reply, ReserveReply::SoldOut);
+            } else {
+                answer(p.reply, ReserveReply::Paused);
             }
         }
     }

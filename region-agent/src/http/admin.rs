@@ -49,6 +49,17 @@ fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// Changes to stock and settings belong to the coordinator when there is
+/// one: units created here would exist nowhere in its ledger.
+fn standalone_only(state: &AppState) -> Result<(), ApiError> {
+    match state.link() {
+        None => Ok(()),
+        Some(_) => Err(ApiError::Conflict(
+            "this agent is managed by a coordinator; change the SKU there".into(),
+        )),
+    }
+}
+
 fn ids(tenant: &str, sku: &str) -> Result<(Tenant, Sku), ApiError> {
     Ok((
         Tenant::parse(tenant).map_err(bad)?,
@@ -107,6 +118,7 @@ pub async fn put_sku(
     JsonBody(body): JsonBody<PutSkuBody>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
+    standalone_only(&state)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
     if body.regions.is_some() {
         return Err(bad(
@@ -172,6 +184,7 @@ pub async fn add_stock(
     JsonBody(body): JsonBody<AddStockBody>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
+    standalone_only(&state)?;
     let handle = find(&state, &tenant, &sku)?;
     let qty = units(body.qty, "qty")?;
     if qty == 0 {
@@ -189,6 +202,7 @@ async fn set_paused(
     paused: bool,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
+    standalone_only(&state)?;
     let handle = find(&state, &tenant, &sku)?;
     change(&handle, AdminChange::Pause(paused)).await?;
     Ok(Json(sku_json(&state, &handle)).into_response())

@@ -134,7 +134,15 @@ pub async fn reserve(
         metrics::counter!("escrow_reservations_total", "outcome" => "PAUSED").increment(1);
         return Err(ApiError::Paused);
     }
-    if view.available() < qty.units() {
+    let link = state.link();
+    if view.is_central() && link.is_some_and(|l| l.is_down()) {
+        // Central mode sells only with the coordinator's answer: never guess.
+        metrics::counter!("escrow_reservations_total", "outcome" => "PAUSED").increment(1);
+        return Err(ApiError::Paused);
+    }
+    // Standalone, this region's stock is all there is; with a coordinator,
+    // only its word that nothing is free anywhere makes a sale sold out.
+    if view.available() < qty.units() && (link.is_none() || view.is_sold_out_everywhere()) {
         metrics::counter!("escrow_reservations_total", "outcome" => "SOLD_OUT").increment(1);
         return Ok(outcome_only(StatusCode::CONFLICT, "SOLD_OUT"));
     }
@@ -256,9 +264,11 @@ pub async fn sku_status(
         .get(&tenant, &sku)
         .ok_or(ApiError::UnknownSku)?;
     let available = handle.view.available();
+    let sold_out =
+        available == 0 && (state.link().is_none() || handle.view.is_sold_out_everywhere());
     Ok((
         [(header::CACHE_CONTROL, "public, max-age=1")],
-        Json(json!({"sku": sku, "available": available, "sold_out": available == 0})),
+        Json(json!({"sku": sku, "available": available, "sold_out": sold_out})),
     )
         .into_response())
 }

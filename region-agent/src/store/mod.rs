@@ -9,8 +9,10 @@
 pub mod postgres;
 
 use async_trait::async_trait;
+use escrow_core::protocol::TransferMsg;
 use escrow_core::{
-    Ledger, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition, UserId,
+    Ledger, Mode, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition,
+    UserId,
 };
 
 /// The fencing token this process holds for its region.
@@ -48,6 +50,8 @@ pub struct SkuRecord {
     pub settings: SkuSettings,
     /// Whether an admin paused it.
     pub paused: bool,
+    /// Escrow or central (coordinator mode).
+    pub mode: Mode,
     /// Units in HELD rows.
     pub rows_held: u64,
     /// Units in SOLD rows.
@@ -87,6 +91,8 @@ pub enum StockChange {
     Settings(SkuSettings),
     /// Stop or resume selling.
     Pause(bool),
+    /// Switch between escrow and central selling.
+    Mode(Mode),
 }
 
 /// Everything one owner commits in one transaction.
@@ -106,6 +112,10 @@ pub struct Batch {
     pub sweep: bool,
     /// Admin changes.
     pub changes: Vec<StockChange>,
+    /// Grants from the coordinator to credit, each at most once.
+    pub grants: Vec<TransferMsg>,
+    /// Returns to the coordinator to debit and put in the outbox.
+    pub returns: Vec<TransferMsg>,
 }
 
 impl Batch {
@@ -119,6 +129,8 @@ impl Batch {
             transitions: Vec::new(),
             sweep: false,
             changes: Vec::new(),
+            grants: Vec::new(),
+            returns: Vec::new(),
         }
     }
 
@@ -138,6 +150,20 @@ pub struct BatchOutcome {
     pub inserted: Vec<bool>,
     /// Holds the sweep expired, with their quantities.
     pub expired: Vec<(RequestKey, Qty)>,
+    /// Ids of grants credited now (not seen before).
+    pub applied_grants: Vec<String>,
+}
+
+/// What the agent tells the coordinator, read in one snapshot so counters,
+/// applied grants and debited returns agree with each other.
+#[derive(Debug, Clone, Default)]
+pub struct SyncSnapshot {
+    /// Every SKU's counters.
+    pub skus: Vec<(Tenant, Sku, Ledger)>,
+    /// Grants credited and not yet confirmed by the coordinator.
+    pub unconfirmed_grants: Vec<String>,
+    /// Returns debited and not yet confirmed applied.
+    pub pending_returns: Vec<TransferMsg>,
 }
 
 /// A SKU's line in the audit.
@@ -199,4 +225,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Reservation>, StoreError>;
     /// Counters against totals and rows, for every SKU.
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError>;
+    /// Counters, unconfirmed grants and pending returns, in one snapshot.
+    async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError>;
+    /// Records that the coordinator has these grants' acknowledgements.
+    async fn confirm_grants(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Forgets returns the coordinator has applied.
+    async fn forget_returns(&self, ids: &[String]) -> Result<(), StoreError>;
 }

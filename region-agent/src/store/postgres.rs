@@ -9,14 +9,17 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use escrow_core::protocol::TransferMsg;
 use escrow_core::{
-    Ledger, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant, Transition,
-    TtlMs, UserId,
+    Ledger, Mode, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant,
+    Transition, TtlMs, UserId,
 };
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
-use super::{AuditRow, Batch, BatchOutcome, Epoch, SkuRecord, StockChange, Store, StoreError};
+use super::{
+    AuditRow, Batch, BatchOutcome, Epoch, SkuRecord, StockChange, Store, StoreError, SyncSnapshot,
+};
 
 /// The embedded migrations of the region agent.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/region-agent");
@@ -87,6 +90,7 @@ fn sku_record_from(row: &PgRow) -> Result<SkuRecord, StoreError> {
             hold_ttl: TtlMs::parse(hold_ttl_ms).map_err(|_| bad_row("hold_ttl_ms"))?,
         },
         paused: row.try_get("paused")?,
+        mode: Mode::parse(&row.try_get::<String, _>("mode")?).ok_or_else(|| bad_row("mode"))?,
         rows_held: counter(row, "rows_held")?,
         rows_sold: counter(row, "rows_sold")?,
     })
@@ -94,7 +98,7 @@ fn sku_record_from(row: &PgRow) -> Result<SkuRecord, StoreError> {
 
 const SKU_SELECT: &str = "
     SELECT s.tenant, s.sku, s.available, s.held, s.sold, s.received, s.returned,
-           s.max_per_user, s.hold_ttl_ms, s.paused,
+           s.max_per_user, s.hold_ttl_ms, s.paused, s.mode,
            COALESCE((SELECT sum(qty) FROM reservations r
                      WHERE r.tenant = s.tenant AND r.sku = s.sku AND r.status = 'HELD'), 0)::bigint AS rows_held,
            COALESCE((SELECT sum(qty) FROM reservations r
@@ -323,6 +327,14 @@ async fn apply_changes(
                 .execute(&mut **tx)
                 .await?;
             }
+            StockChange::Mode(mode) => {
+                sqlx::query("UPDATE sku_stock SET mode = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
+                    .bind(batch.tenant.as_str())
+                    .bind(batch.sku.as_str())
+                    .bind(mode.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            }
             StockChange::Pause(paused) => {
                 sqlx::query("UPDATE sku_stock SET paused = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
                     .bind(batch.tenant.as_str())
@@ -332,6 +344,60 @@ async fn apply_changes(
                     .await?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Credits grants not seen before; the primary key of `applied_grants`
+/// makes a duplicate delivery a no-op.
+async fn apply_grants(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<Vec<String>, StoreError> {
+    if batch.grants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = batch.grants.iter().map(|g| g.id.as_str()).collect();
+    let units: Vec<i64> = batch.grants.iter().map(|g| g.units as i64).collect();
+    let rows = sqlx::query(
+        "INSERT INTO applied_grants (id, tenant, sku, units)
+         SELECT u.id, $1, $2, u.units FROM unnest($3::text[], $4::bigint[]) AS u(id, units)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, units",
+    )
+    .bind(batch.tenant.as_str())
+    .bind(batch.sku.as_str())
+    .bind(&ids)
+    .bind(&units)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut applied = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let units: i64 = row.try_get("units")?;
+        deltas.received += units;
+        deltas.available += units;
+        applied.push(row.try_get("id")?);
+    }
+    Ok(applied)
+}
+
+/// Debits returns and records them in the outbox, in the same transaction.
+async fn debit_returns(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    deltas: &mut Deltas,
+) -> Result<(), StoreError> {
+    for ret in &batch.returns {
+        sqlx::query("INSERT INTO outbox_returns (id, tenant, sku, units) VALUES ($1, $2, $3, $4)")
+            .bind(&ret.id)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(ret.units as i64)
+            .execute(&mut **tx)
+            .await?;
+        deltas.returned += ret.units as i64;
+        deltas.available -= ret.units as i64;
     }
     Ok(())
 }
@@ -437,7 +503,9 @@ impl Store for PgStore {
             Vec::new()
         };
         apply_changes(&mut tx, batch, &mut deltas).await?;
+        let applied_grants = apply_grants(&mut tx, batch, &mut deltas).await?;
         let inserted = insert_holds(&mut tx, batch, &mut deltas).await?;
+        debit_returns(&mut tx, batch, &mut deltas).await?;
         if !deltas.is_zero() {
             // The hot row is touched last; the CHECK constraints refuse any
             // move that would go negative or unbalance the ledger.
@@ -468,7 +536,11 @@ impl Store for PgStore {
             }
         }
         tx.commit().await?;
-        Ok(BatchOutcome { inserted, expired })
+        Ok(BatchOutcome {
+            inserted,
+            expired,
+            applied_grants,
+        })
     }
 
     async fn reservation(
@@ -500,6 +572,67 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(reservation_from).collect()
+    }
+
+    async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
+            .fetch_all(&mut *tx)
+            .await?;
+        let skus = rows
+            .iter()
+            .map(|row| sku_record_from(row).map(|r| (r.tenant, r.sku, r.ledger)))
+            .collect::<Result<_, _>>()?;
+        let unconfirmed_grants =
+            sqlx::query_scalar("SELECT id FROM applied_grants WHERE NOT confirmed ORDER BY id")
+                .fetch_all(&mut *tx)
+                .await?;
+        let pending_returns = sqlx::query(
+            "SELECT id, tenant, sku, units FROM outbox_returns ORDER BY created_at, id",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(TransferMsg {
+                id: row.try_get("id")?,
+                tenant: row.try_get("tenant")?,
+                sku: row.try_get("sku")?,
+                units: counter(row, "units")?,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+        tx.commit().await?;
+        Ok(SyncSnapshot {
+            skus,
+            unconfirmed_grants,
+            pending_returns,
+        })
+    }
+
+    async fn confirm_grants(&self, ids: &[String]) -> Result<(), StoreError> {
+        if !ids.is_empty() {
+            sqlx::query(
+                "UPDATE applied_grants SET confirmed = true WHERE id = ANY($1) AND NOT confirmed",
+            )
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn forget_returns(&self, ids: &[String]) -> Result<(), StoreError> {
+        if !ids.is_empty() {
+            sqlx::query("DELETE FROM outbox_returns WHERE id = ANY($1)")
+                .bind(ids)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError> {

@@ -42,6 +42,7 @@ pub fn settings(limits: Limits) -> AgentSettings {
             Some(ADMIN.to_owned()),
         ),
         limits,
+        coordinator: None,
     }
 }
 

@@ -1,0 +1,239 @@
+//! The admin API: create and change SKUs, add stock, pause and resume,
+//! inspect, audit, list regions.
+
+use std::collections::HashMap;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use escrow_core::{Sku, Tenant};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use crate::store::{parse_weights, SkuSpec, SkuView};
+use crate::AppState;
+
+/// Largest total or stock addition accepted.
+pub const UNITS_MAX: u64 = 1_000_000_000_000;
+
+/// `PUT /v1/admin/skus/{tenant}/{sku}` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSkuBody {
+    total: i64,
+    regions: Option<HashMap<String, i64>>,
+    max_per_user: Option<i64>,
+    hold_ttl_ms: Option<i64>,
+}
+
+/// `POST .../add-stock` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddStockBody {
+    qty: i64,
+}
+
+fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.auth().is_admin(headers) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+fn ids(tenant: &str, sku: &str) -> Result<(Tenant, Sku), ApiError> {
+    let bad = |e: escrow_core::IdError| ApiError::BadRequest(e.to_string());
+    Ok((
+        Tenant::parse(tenant).map_err(bad)?,
+        Sku::parse(sku).map_err(bad)?,
+    ))
+}
+
+fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
+    u64::try_from(raw)
+        .ok()
+        .filter(|u| *u <= UNITS_MAX)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("{field} must be an integer in 0..={UNITS_MAX}"))
+        })
+}
+
+/// The admin view of a SKU, with report ages.
+pub fn sku_json(state: &AppState, view: &SkuView) -> serde_json::Value {
+    let now = chrono::Utc::now();
+    let regions: serde_json::Map<String, serde_json::Value> = view
+        .regions
+        .iter()
+        .map(|r| {
+            let age = r
+                .last_report_at
+                .map(|t| (now - t).num_milliseconds().max(0));
+            let stale = age.is_none_or(|a| a > state.stale_report_ms() as i64)
+                && (r.leased > 0 || r.in_transit > 0 || r.available + r.held + r.sold > 0);
+            (
+                r.region.clone(),
+                json!({
+                    "weight": r.weight, "leased": r.leased, "in_transit": r.in_transit,
+                    "available": r.available, "held": r.held, "sold": r.sold,
+                    "sale_rate_per_s": r.sale_rate_per_s, "recall_pending": r.recall_pending,
+                    "last_report_at": r.last_report_at, "report_age_ms": age, "stale": stale,
+                    "region_drift": r.available + r.held + r.sold - r.leased,
+                }),
+            )
+        })
+        .collect();
+    let stale = regions.values().any(|r| r["stale"] == true);
+    json!({
+        "tenant": view.tenant, "sku": view.sku, "total": view.total, "pool": view.pool,
+        "in_transit": view.in_transit, "mode": view.mode, "paused": view.paused,
+        "max_per_user": view.max_per_user, "hold_ttl_ms": view.hold_ttl_ms,
+        "drift": view.drift, "ledger_drift": view.ledger_drift, "stale": stale,
+        "regions": regions,
+    })
+}
+
+/// `PUT /v1/admin/skus/{tenant}/{sku}`.
+pub async fn put_sku(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, sku)): Path<(String, String)>,
+    body: Result<Json<PutSkuBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let (tenant, sku) = ids(&tenant, &sku)?;
+    let Json(body) = body?;
+    let spec = SkuSpec {
+        total: units(body.total, "total")?,
+        regions: body
+            .regions
+            .as_ref()
+            .map(parse_weights)
+            .transpose()
+            .map_err(ApiError::BadRequest)?,
+        max_per_user: body.max_per_user,
+        hold_ttl_ms: body.hold_ttl_ms,
+    };
+    let created = state
+        .ledger()
+        .put_sku(&tenant, &sku, &spec, state.policy())
+        .await?;
+    let view = state.ledger().sku(&tenant, &sku).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(sku_json(&state, &view))).into_response())
+}
+
+/// `GET /v1/admin/skus/{tenant}/{sku}`.
+pub async fn get_sku(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, sku)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let (tenant, sku) = ids(&tenant, &sku)?;
+    let view = state.ledger().sku(&tenant, &sku).await?;
+    Ok(Json(sku_json(&state, &view)).into_response())
+}
+
+/// `POST /v1/admin/skus/{tenant}/{sku}/add-stock`.
+pub async fn add_stock(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, sku)): Path<(String, String)>,
+    body: Result<Json<AddStockBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let (tenant, sku) = ids(&tenant, &sku)?;
+    let Json(body) = body?;
+    let qty = units(body.qty, "qty")?;
+    if qty == 0 {
+        return Err(ApiError::BadRequest("qty must be at least 1".into()));
+    }
+    state
+        .ledger()
+        .add_stock(&tenant, &sku, qty, state.policy())
+        .await?;
+    let view = state.ledger().sku(&tenant, &sku).await?;
+    Ok(Json(sku_json(&state, &view)).into_response())
+}
+
+async fn set_paused(
+    state: AppState,
+    headers: HeaderMap,
+    tenant: String,
+    sku: String,
+    paused: bool,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let (tenant, sku) = ids(&tenant, &sku)?;
+    state.ledger().set_paused(&tenant, &sku, paused).await?;
+    let view = state.ledger().sku(&tenant, &sku).await?;
+    Ok(Json(sku_json(&state, &view)).into_response())
+}
+
+/// `POST /v1/admin/skus/{tenant}/{sku}/pause`.
+pub async fn pause(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, sku)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    set_paused(state, headers, tenant, sku, true).await
+}
+
+/// `POST /v1/admin/skus/{tenant}/{sku}/resume`.
+pub async fn resume(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, sku)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    set_paused(state, headers, tenant, sku, false).await
+}
+
+/// `GET /v1/admin/audit`: the invariant for every SKU, from one snapshot.
+pub async fn audit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let views = state.ledger().audit().await?;
+    let skus: Vec<serde_json::Value> = views.iter().map(|v| sku_json(&state, v)).collect();
+    let drift_total: i64 = views
+        .iter()
+        .map(|v| v.drift.abs() + v.ledger_drift.abs())
+        .sum();
+    let stale = skus.iter().filter(|s| s["stale"] == true).count();
+    metrics::gauge!("coordinator_drift_units").set(drift_total as f64);
+    Ok(
+        Json(json!({"skus": skus, "drift_total": drift_total, "stale_skus": stale}))
+            .into_response(),
+    )
+}
+
+/// `GET /v1/admin/regions`.
+pub async fn regions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let now = chrono::Utc::now();
+    let regions: Vec<serde_json::Value> = state
+        .ledger()
+        .regions()
+        .await?
+        .into_iter()
+        .map(|r| {
+            json!({
+                "region": r.region, "epoch": r.epoch, "seq": r.seq, "rtt_ms": r.rtt_ms,
+                "last_sync_at": r.last_sync_at,
+                "sync_age_ms": (now - r.last_sync_at).num_milliseconds().max(0),
+            })
+        })
+        .collect();
+    Ok(Json(json!({"regions": regions})).into_response())
+}

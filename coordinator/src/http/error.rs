@@ -1,0 +1,83 @@
+//! The coordinator's error type, mapped to a status and an outcome body;
+//! 5xx details are logged, never returned.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::store::LedgerError;
+
+/// Everything a coordinator handler can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed input; nothing written.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Missing or unknown credentials.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// A valid token for something else (another region's).
+    #[error("forbidden")]
+    Forbidden,
+    /// No such SKU.
+    #[error("unknown sku")]
+    UnknownSku,
+    /// The change conflicts with units already leased, held or sold.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// An older agent process for a region that has a newer one.
+    #[error("fenced")]
+    Fenced,
+    /// Logged, answered without details.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(error: LedgerError) -> Self {
+        match error {
+            LedgerError::UnknownSku => ApiError::UnknownSku,
+            LedgerError::Conflict(why) => ApiError::Conflict(why),
+            LedgerError::StaleEpoch => ApiError::Fenced,
+            LedgerError::Invalid(why) => ApiError::BadRequest(why),
+            LedgerError::Database(e) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            ApiError::BadRequest(error) => (
+                StatusCode::BAD_REQUEST,
+                json!({"outcome": "BAD_REQUEST", "error": error}),
+            ),
+            ApiError::Unauthorized => {
+                (StatusCode::UNAUTHORIZED, json!({"outcome": "UNAUTHORIZED"}))
+            }
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, json!({"outcome": "FORBIDDEN"})),
+            ApiError::UnknownSku => (StatusCode::NOT_FOUND, json!({"outcome": "UNKNOWN_SKU"})),
+            ApiError::Conflict(error) => (
+                StatusCode::CONFLICT,
+                json!({"outcome": "CONFLICT", "error": error}),
+            ),
+            ApiError::Fenced => (StatusCode::CONFLICT, json!({"outcome": "FENCED"})),
+            ApiError::Internal(detail) => {
+                tracing::error!(%detail, "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"outcome": "INTERNAL"}),
+                )
+            }
+        };
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,60 @@
+//! `coordinator`: parses configuration and runs the coordinator.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use coordinator::auth::Auth;
+use coordinator::config::Config;
+use coordinator::store::{Ledger, MIGRATOR};
+use coordinator::{policy_named, run, AppState};
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+async fn shutdown_signal() {
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received; draining");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let config = Config::parse();
+    let policy = policy_named(&config.policy, config.sync_interval_ms)
+        .with_context(|| format!("unknown policy {}", config.policy))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(config.db_pool_size)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&config.database_url)
+        .await
+        .context("connecting to the database")?;
+    MIGRATOR.run(&pool).await.context("applying migrations")?;
+    let state = AppState::new(
+        Ledger::new(pool),
+        Auth::new(config.admin_token, config.region_tokens),
+        policy,
+        config.stale_report_ms,
+    );
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %config.listen, policy = %config.policy, "serving");
+    run(listener, state, shutdown_signal()).await?;
+    Ok(())
+}

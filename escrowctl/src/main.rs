@@ -1,0 +1,2 @@
+//! `escrowctl`: admin CLI (being written).
+fn main() {}

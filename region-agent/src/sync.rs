@@ -1,0 +1,136 @@
+//! The agent's side of the protocol: one sync with the coordinator every
+//! `sync_interval_ms`.
+//!
+//! Each sync reads counters, credited grants and debited returns in one
+//! database snapshot and sends them together, so the coordinator can apply
+//! acks, returns and the report in one transaction. The answer's directives
+//! and grants go to the SKU owners (grants are credited by the owner, once
+//! per id); confirmed acks and applied returns are then forgotten. A lost
+//! answer is harmless: the next sync carries everything again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TransferMsg};
+use escrow_core::{Sku, SkuSettings, Tenant};
+use tokio::sync::watch;
+
+use crate::coordinator_client::{ClientError, CoordinatorLink};
+use crate::owner::Command;
+use crate::AppState;
+
+/// Runs syncs until `stop` turns true or this process is fenced.
+pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(link.sync_interval_ms);
+    let mut seq = 0u64;
+    let mut rtt_ms = 0u64;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => break,
+        }
+        if *stop.borrow() || state.fence().is_fenced() {
+            break;
+        }
+        seq += 1;
+        let snapshot = match state.store().sync_snapshot().await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                tracing::warn!(%error, "sync snapshot failed");
+                continue;
+            }
+        };
+        let skus = snapshot
+            .skus
+            .iter()
+            .map(|(tenant, sku, ledger)| SkuReport {
+                tenant: tenant.to_string(),
+                sku: sku.to_string(),
+                available: ledger.available,
+                held: ledger.held,
+                sold: ledger.sold,
+                sale_rate_per_s: state
+                    .registry()
+                    .get(tenant, sku)
+                    .map_or(0.0, |h| h.view.sale_rate_per_s()),
+            })
+            .collect();
+        let req = SyncRequest {
+            epoch: state.fence().epoch().0,
+            seq,
+            rtt_ms,
+            skus,
+            acks: snapshot.unconfirmed_grants,
+            returns: snapshot.pending_returns,
+        };
+        let started = Instant::now();
+        match link.client.sync(&req).await {
+            Ok(resp) => {
+                rtt_ms = started.elapsed().as_millis() as u64;
+                link.set_down(false);
+                apply(&state, resp).await;
+            }
+            Err(ClientError::Refused { status: 409, body }) if body.contains("FENCED") => {
+                tracing::error!(
+                    "the coordinator knows a newer agent for this region; stopping syncs"
+                );
+                break;
+            }
+            Err(error) => {
+                link.set_down(true);
+                tracing::debug!(%error, "sync failed");
+            }
+        }
+        metrics::counter!("escrow_syncs_total").increment(1);
+    }
+}
+
+async fn apply(state: &AppState, resp: SyncResponse) {
+    let mut grants: HashMap<(String, String), Vec<TransferMsg>> = HashMap::new();
+    for grant in resp.grants {
+        grants
+            .entry((grant.tenant.clone(), grant.sku.clone()))
+            .or_default()
+            .push(grant);
+    }
+    for directive in resp.skus {
+        let (Ok(tenant), Ok(sku)) = (Tenant::parse(&directive.tenant), Sku::parse(&directive.sku))
+        else {
+            tracing::warn!(tenant = %directive.tenant, sku = %directive.sku, "directive with a bad id ignored");
+            continue;
+        };
+        let handle = match state.registry().get(&tenant, &sku) {
+            Some(handle) => handle,
+            None => {
+                let settings = SkuSettings::parse(
+                    Some(i64::from(directive.max_per_user)),
+                    Some(directive.hold_ttl_ms as i64),
+                )
+                .unwrap_or_default();
+                match state.registry().create(&tenant, &sku, settings, 0).await {
+                    Ok(Some(handle)) => handle,
+                    Ok(None) => match state.registry().get(&tenant, &sku) {
+                        Some(handle) => handle,
+                        None => continue,
+                    },
+                    Err(error) => {
+                        tracing::warn!(%error, "creating a SKU from a directive failed");
+                        continue;
+                    }
+                }
+            }
+        };
+        let for_sku = grants
+            .remove(&(directive.tenant.clone(), directive.sku.clone()))
+            .unwrap_or_default();
+        // A full queue drops this directive; the next sync repeats it.
+        let _ = handle.queue.try_send(Command::Sync(directive, for_sku));
+    }
+    if let Err(error) = state.store().confirm_grants(&resp.confirmed).await {
+        tracing::warn!(%error, "recording confirmed grants failed");
+    }
+    if let Err(error) = state.store().forget_returns(&resp.applied_returns).await {
+        tracing::warn!(%error, "forgetting applied returns failed");
+    }
+}
