@@ -185,7 +185,8 @@ impl Reservation {
         }
     }
 
-    /// Moves the expiry to `now + ttl`, once per hold, while HELD and unexpired.
+    /// Moves the expiry to `now + ttl` (never earlier than it was), once per
+    /// hold, while HELD and unexpired.
     pub fn extend(&self, now_ms: u64, ttl: TtlMs) -> Verdict {
         match self.status {
             Status::Held if self.is_due(now_ms) => {
@@ -193,7 +194,7 @@ impl Reservation {
             }
             Status::Held if self.extended => Verdict::refused(None, Refusal::AlreadyExtended),
             Status::Held => Verdict::ok(Some(Transition::Extend {
-                expires_at_ms: now_ms + ttl.get(),
+                expires_at_ms: self.expires_at_ms.max(now_ms + ttl.get()),
             })),
             Status::Sold | Status::Released | Status::Expired => {
                 Verdict::refused(None, Refusal::NotHeld)

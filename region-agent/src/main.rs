@@ -12,7 +12,9 @@ use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
 use region_agent::owner::Limits;
 use region_agent::store::postgres::{PgStore, MIGRATOR};
 use region_agent::{run, start, AgentSettings};
-use sqlx::postgres::PgPoolOptions;
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -55,10 +57,14 @@ async fn main() -> anyhow::Result<()> {
             )))
         }
     };
+    // A statement that hangs must fail rather than hold an owner (and shutdown) forever.
+    let options = PgConnectOptions::from_str(&config.database_url)
+        .context("parsing --database-url")?
+        .options([("statement_timeout", "10s")]);
     let pool = PgPoolOptions::new()
         .max_connections(config.db_pool_size)
         .acquire_timeout(Duration::from_secs(5))
-        .connect(&config.database_url)
+        .connect_with(options)
         .await
         .context("connecting to the database")?;
     MIGRATOR.run(&pool).await.context("applying migrations")?;

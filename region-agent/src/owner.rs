@@ -103,12 +103,15 @@ pub enum ActReply {
 /// An admin change routed through the owner so the counters keep one writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminChange {
-    /// Set the region's quota (standalone: the SKU's total).
-    SetTotal(u64),
+    /// Set the SKU's total and settings together (standalone), all or nothing.
+    Configure {
+        /// The new total.
+        total: u64,
+        /// The new settings.
+        settings: SkuSettings,
+    },
     /// Add units.
     AddStock(u64),
-    /// New settings.
-    Settings(SkuSettings),
     /// Stop or resume selling.
     Pause(bool),
 }
@@ -474,6 +477,8 @@ impl Owner {
         }
         for (change, reply) in admins {
             let result = self.admin(change, now_ms).await;
+            // The reply shows the state after the change.
+            self.publish();
             let _ = reply.send(result);
         }
         self.serve(reserves, acts, now_ms).await;
@@ -579,57 +584,58 @@ impl Owner {
     }
 
     async fn admin(&mut self, change: AdminChange, now_ms: u64) -> AdminReply {
-        let stock_change = match change {
-            AdminChange::SetTotal(total) => {
+        let mut changes = Vec::with_capacity(2);
+        match change {
+            AdminChange::Configure { total, settings } => {
                 let quota = self.ledger.quota();
                 if total >= quota {
-                    StockChange::Receive(total - quota)
+                    changes.push(StockChange::Receive(total - quota));
                 } else if quota - total <= self.ledger.available {
-                    StockChange::GiveBack(quota - total)
+                    changes.push(StockChange::GiveBack(quota - total));
                 } else {
                     return AdminReply::BelowCommitted {
                         committed: self.ledger.held + self.ledger.sold,
                     };
                 }
+                if settings != self.settings {
+                    changes.push(StockChange::Settings(settings));
+                }
             }
-            AdminChange::AddStock(units) => StockChange::Receive(units),
-            AdminChange::Settings(settings) => StockChange::Settings(settings),
-            AdminChange::Pause(paused) => StockChange::Pause(paused),
-        };
-        if matches!(
-            stock_change,
-            StockChange::Receive(0) | StockChange::GiveBack(0)
-        ) {
+            AdminChange::AddStock(units) => changes.push(StockChange::Receive(units)),
+            AdminChange::Pause(paused) => changes.push(StockChange::Pause(paused)),
+        }
+        changes.retain(|c| !matches!(c, StockChange::Receive(0) | StockChange::GiveBack(0)));
+        if changes.is_empty() {
             return AdminReply::Done;
         }
         let mut batch = Batch::new(self.view.tenant.clone(), self.view.sku.clone(), now_ms);
-        batch.changes.push(stock_change);
-        match self.commit(&batch).await {
-            Some(_) => {
-                let applied = match stock_change {
-                    StockChange::Receive(units) => {
-                        self.ledger.receive(units);
-                        Ok(())
-                    }
-                    StockChange::GiveBack(units) => self.ledger.give_back(units),
-                    StockChange::Settings(settings) => {
-                        self.settings = settings;
-                        Ok(())
-                    }
-                    StockChange::Pause(paused) => {
-                        self.paused = paused;
-                        Ok(())
-                    }
-                    StockChange::Mode(mode) => {
-                        self.mode = mode;
-                        Ok(())
-                    }
-                };
-                self.check(applied);
-                AdminReply::Done
-            }
-            None => AdminReply::Paused,
+        batch.changes = changes;
+        if self.commit(&batch).await.is_none() {
+            return AdminReply::Paused;
         }
+        for stock_change in batch.changes {
+            let applied = match stock_change {
+                StockChange::Receive(units) => {
+                    self.ledger.receive(units);
+                    Ok(())
+                }
+                StockChange::GiveBack(units) => self.ledger.give_back(units),
+                StockChange::Settings(settings) => {
+                    self.settings = settings;
+                    Ok(())
+                }
+                StockChange::Pause(paused) => {
+                    self.paused = paused;
+                    Ok(())
+                }
+                StockChange::Mode(mode) => {
+                    self.mode = mode;
+                    Ok(())
+                }
+            };
+            self.check(applied);
+        }
+        AdminReply::Done
     }
 
     /// Commits a batch, timing it; on failure stops the SKU until reloaded.
@@ -665,23 +671,26 @@ impl Owner {
     async fn serve(&mut self, reserves: Vec<PendingReserve>, acts: Vec<PendingAct>, now_ms: u64) {
         let mut batch = Batch::new(self.view.tenant.clone(), self.view.sku.clone(), now_ms);
 
-        // Reserve: the first request per key tries to hold; later ones with
-        // the same key are answered from the committed row.
+        // Reserve: the first request per key tries to hold; a known key is
+        // answered from its committed row; a second copy of a key in this
+        // batch waits for the next one, when the first copy's fate is known.
         let mut seen = HashSet::new();
         let mut fresh = Vec::new();
         let mut lookups = Vec::new();
+        let mut later = Vec::new();
         for p in reserves {
             if self.paused {
                 answer(p.reply, ReserveReply::Paused);
-            } else if seen.insert(p.request.request_key.clone())
-                && !self
-                    .deps
-                    .keys
-                    .contains(&self.view.tenant, &p.request.request_key)
+            } else if self
+                .deps
+                .keys
+                .contains(&self.view.tenant, &p.request.request_key)
             {
+                lookups.push(p);
+            } else if seen.insert(p.request.request_key.clone()) {
                 fresh.push(p);
             } else {
-                lookups.push(p);
+                later.push(p);
             }
         }
         let quantities: Vec<u64> = fresh.iter().map(|p| p.request.qty.units()).collect();
@@ -717,10 +726,16 @@ impl Owner {
             .collect();
 
         // Actions: decide on the committed rows with escrow-core.
-        let mut act_rows = self.rows_for(&acts).await;
+        let Some(mut act_rows) = self.rows_for(&acts).await else {
+            // Unknown is not "not found": refuse, nothing was written.
+            for a in acts {
+                let _ = a.reply.send(ActReply::Paused);
+            }
+            return self.finish_reserves_unserved(holding, overflow, lookups, later);
+        };
         let mut act_results = Vec::with_capacity(acts.len());
         for a in &acts {
-            let Some(row) = act_rows.as_mut().and_then(|rows| rows.get_mut(&a.key)) else {
+            let Some(row) = act_rows.get_mut(&a.key) else {
                 act_results.push(None);
                 continue;
             };
@@ -776,13 +791,10 @@ impl Owner {
             self.commit(&batch).await
         };
         let Some(outcome) = outcome else {
-            for p in holding.into_iter().chain(overflow).chain(lookups) {
-                answer(p.reply, ReserveReply::Paused);
-            }
             for a in acts {
                 let _ = a.reply.send(ActReply::Paused);
             }
-            return;
+            return self.finish_reserves_unserved(holding, overflow, lookups, later);
         };
 
         // The batch is durable: move the same units in memory, then answer.
@@ -832,6 +844,8 @@ impl Owner {
                     r,
                 )) => ActReply::Refused(r),
             };
+            metrics::counter!("escrow_actions_total", "outcome" => act_outcome(&reply))
+                .increment(1);
             let _ = a.reply.send(reply);
         }
 
@@ -854,6 +868,7 @@ impl Owner {
         }
         self.answer_existing(not_inserted).await;
 
+        self.overflow.extend(later);
         // Units freed by replays may still serve the overflow. Otherwise it
         // is sold out only if nothing is free anywhere; else pause.
         overflow.sort_by_key(|p| p.request.qty);
@@ -865,6 +880,25 @@ impl Owner {
             } else {
                 answer(p.reply, ReserveReply::Paused);
             }
+        }
+    }
+
+    /// Refuses reserve requests of a batch that was not committed; nothing
+    /// of theirs was written.
+    fn finish_reserves_unserved(
+        &mut self,
+        holding: Vec<PendingReserve>,
+        overflow: Vec<PendingReserve>,
+        lookups: Vec<PendingReserve>,
+        later: Vec<PendingReserve>,
+    ) {
+        for p in holding
+            .into_iter()
+            .chain(overflow)
+            .chain(lookups)
+            .chain(later)
+        {
+            answer(p.reply, ReserveReply::Paused);
         }
     }
 
@@ -924,6 +958,17 @@ impl Owner {
             };
             answer(p.reply, reply);
         }
+    }
+}
+
+/// The metric label of an action's answer.
+fn act_outcome(reply: &ActReply) -> &'static str {
+    match reply {
+        ActReply::Accepted(_) => "ACCEPTED",
+        ActReply::Refused(_) => "REFUSED",
+        ActReply::NotFound => "NOT_FOUND",
+        ActReply::Paused => "PAUSED",
+        ActReply::WaitTimeout => "REJECTED_WAIT_TIMEOUT",
     }
 }
 

@@ -74,9 +74,13 @@ impl Registry {
             return Ok(None);
         }
         let store = &self.deps.store;
-        store
+        let created = store
             .create_sku(self.deps.fence.epoch(), tenant, sku, settings, total)
-            .await?;
+            .await;
+        if let Err(StoreError::Fenced) = created {
+            self.deps.fence.set_fenced();
+        }
+        created?;
         let record = store
             .load_sku(tenant, sku)
             .await?

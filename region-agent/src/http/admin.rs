@@ -89,7 +89,13 @@ fn sku_json(state: &AppState, handle: &OwnerHandle) -> serde_json::Value {
         "paused": s.paused,
         "halted": s.halted,
         "max_per_user": s.max_per_user,
-        "hold_ttl_ms": s.hold_ttl_ms,
+                "hold_ttl_ms": s.hold_ttl_ms,
+        "regions": {
+            state.region().as_str(): {
+                "leased": s.total, "available": s.available, "held": s.held, "sold": s.sold,
+                "last_report_at": chrono::Utc::now(), "report_age_ms": 0,
+            }
+        },
     })
 }
 
@@ -130,11 +136,20 @@ pub async fn put_sku(
     let handle = match existing {
         None => {
             let settings = SkuSettings::parse(body.max_per_user, body.hold_ttl_ms).map_err(bad)?;
-            if let Some(handle) = state
-                .registry()
-                .create(&tenant, &sku, settings, total)
-                .await?
-            {
+            // In its own task: a client that goes away must not cancel the creation half-way.
+            let creating = {
+                let (state, tenant, sku) = (state.clone(), tenant.clone(), sku.clone());
+                tokio::spawn(async move {
+                    state
+                        .registry()
+                        .create(&tenant, &sku, settings, total)
+                        .await
+                })
+            };
+            let created = creating
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            if let Some(handle) = created? {
                 return Ok((StatusCode::CREATED, Json(sku_json(&state, &handle))).into_response());
             }
             state
@@ -150,10 +165,7 @@ pub async fn put_sku(
         Some(body.hold_ttl_ms.unwrap_or(current.hold_ttl.get() as i64)),
     )
     .map_err(bad)?;
-    if settings != current {
-        change(&handle, AdminChange::Settings(settings)).await?;
-    }
-    change(&handle, AdminChange::SetTotal(total)).await?;
+    change(&handle, AdminChange::Configure { total, settings }).await?;
     Ok(Json(sku_json(&state, &handle)).into_response())
 }
 
