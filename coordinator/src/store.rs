@@ -690,8 +690,9 @@ impl Ledger {
         if fresh {
             for report in &req.skus {
                 sqlx::query(
-                    "UPDATE sku_regions SET reported_available = $4, reported_held = $5, reported_sold = $6,
-                            sale_rate_per_s = $7, reported_at = now()
+                                        "UPDATE sku_regions SET reported_available = $4, reported_held = $5, reported_sold = $6,
+                            sale_rate_per_s = $7, reported_at = now(),
+                            recall_pending = least(recall_pending, $4)
                      WHERE tenant = $1 AND sku = $2 AND region = $3",
                 )
                 .bind(&report.tenant)

@@ -448,20 +448,14 @@ pub struct TakeDecision {
 /// Decides a synchronous take of `units` for region `asking`: grant what
 /// the pool has (up to `units`); report exhaustion only when nothing is
 /// free anywhere after the grant.
+///
+/// The asking region's own last report counts too: units it reported free
+/// may since have gone into a return that has not arrived yet, and calling
+/// them sold would be a guess. Its next report settles it.
 pub fn decide_take(sku: &SkuState, asking: usize, units: u64) -> TakeDecision {
+    debug_assert!(asking < sku.regions.len());
     let granted = units.min(sku.pool);
-    let elsewhere: u64 = sku
-        .regions
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            if i == asking {
-                r.in_transit
-            } else {
-                r.on_hand()
-            }
-        })
-        .sum();
+    let elsewhere: u64 = sku.regions.iter().map(RegionState::on_hand).sum();
     TakeDecision {
         granted,
         exhausted: granted < units && sku.pool == granted && elsewhere == 0,

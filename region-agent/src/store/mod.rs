@@ -140,6 +140,8 @@ impl Batch {
             && self.transitions.is_empty()
             && !self.sweep
             && self.changes.is_empty()
+            && self.grants.is_empty()
+            && self.returns.is_empty()
     }
 }
 

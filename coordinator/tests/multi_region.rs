@@ -1,0 +1,471 @@
+//! A real coordinator and three real agents, each on its own database,
+//! over HTTP on loopback: the sale, tail merge, faults on the wire, the
+//! coordinator going away, and region credentials. The invariant is
+//! asserted after every test.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::PgPool;
+
+const REGIONS: [&str; 3] = ["eu", "us", "ap"];
+
+struct Cluster {
+    coord: Coord,
+    admin: Admin,
+    agents: Vec<Agent>,
+    _dbs: Vec<AgentDb>,
+}
+
+async fn cluster(pool: &PgPool, fault_seed: Option<u64>) -> Cluster {
+    let coord = Coord::start(pool, None).await;
+    let admin = Admin::new(&coord.url);
+    let mut dbs = Vec::new();
+    let mut agents = Vec::new();
+    for (i, region) in REGIONS.iter().enumerate() {
+        let db = AgentDb::create(pool, region).await;
+        agents.push(Agent::start(&db, region, &coord.url, fault_seed.map(|s| s + i as u64)).await);
+        dbs.push(db);
+    }
+    Cluster {
+        coord,
+        admin,
+        agents,
+        _dbs: dbs,
+    }
+}
+
+impl Cluster {
+    async fn stop(self) {
+        for agent in self.agents {
+            agent.stop().await;
+        }
+        self.coord.stop().await;
+    }
+
+    fn messages(&self) -> u64 {
+        self.agents.iter().map(|a| a.wire.messages()).sum()
+    }
+}
+
+/// One buyer's final answer with when it was sent and answered.
+struct Answer {
+    region: usize,
+    key: String,
+    status: StatusCode,
+    sent: Instant,
+    answered: Instant,
+}
+
+/// Runs `buyers` concurrent buyers, assigned to regions by `share` (percent),
+/// each retrying 503s with its key until a final answer.
+async fn sale(
+    c: &Cluster,
+    sku: &str,
+    round: &str,
+    buyers: usize,
+    share: [usize; 3],
+) -> Vec<Answer> {
+    let mut tasks = Vec::with_capacity(buyers);
+    for i in 0..buyers {
+        let slot = i % 100;
+        let region = if slot < share[0] {
+            0
+        } else if slot < share[0] + share[1] {
+            1
+        } else {
+            2
+        };
+        let buyer = c.agents[region].buyer();
+        let sku = sku.to_owned();
+        let round = round.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("{sku}-{round}-k{i}");
+            let user = format!("{round}-u{i}");
+            let (status, _, sent, answered) = buyer.reserve_until_final(&key, &user, &sku).await;
+            Answer {
+                region,
+                key,
+                status,
+                sent,
+                answered,
+            }
+        }));
+    }
+    let mut answers = Vec::with_capacity(buyers);
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    answers
+}
+
+/// Goal: 3,000 buyers for 1,000 units with demand skewed 80/15/5 over three
+/// regions of equal weight get exactly 1,000 holds, all confirmed; audit
+/// drift is 0; and no SOLD_OUT came back before a request that was later
+/// held had even been sent (a sold-out answer while a unit was still free).
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
+    let c = cluster(&pool, None).await;
+    let (status, body) = c
+        .admin
+        .put_sku(
+            "drop",
+            json!({"total": 1000, "regions": {"eu": 1, "us": 1, "ap": 1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    eventually(
+        "initial grants delivered",
+        Duration::from_secs(20),
+        async || c.admin.sku("drop").await["in_transit"] == 0,
+    )
+    .await;
+    let before = c.messages();
+    let answers = sale(&c, "drop", "a", 3_000, [80, 15, 5]).await;
+    let during = c.messages() - before;
+
+    let held: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .collect();
+    let sold_out: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CONFLICT)
+        .collect();
+    let mut per_region = [0usize; 3];
+    for a in &held {
+        per_region[a.region] += 1;
+    }
+    println!(
+        "skewed sale: {} HELD (eu {}, us {}, ap {}), {} SOLD_OUT, {} coordinator messages during the sale ({:.3} per sale)",
+        held.len(),
+        per_region[0],
+        per_region[1],
+        per_region[2],
+        sold_out.len(),
+        during,
+        during as f64 / held.len() as f64
+    );
+    assert_eq!(held.len(), 1_000);
+    assert_eq!(sold_out.len(), 2_000);
+    let last_held_sent = held.iter().map(|a| a.sent).max().unwrap();
+    let first_sold_out = sold_out.iter().map(|a| a.answered).min().unwrap();
+    assert!(
+        first_sold_out >= last_held_sent,
+        "a buyer heard SOLD_OUT before another buyer's later-held request was even sent"
+    );
+    c.admin.assert_no_drift().await;
+
+    let mut confirmed = 0;
+    for a in &held {
+        let (status, body) = c.agents[a.region].buyer().action(&a.key, "confirm").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        confirmed += 1;
+    }
+    assert_eq!(confirmed, 1_000);
+    eventually(
+        "every region reports its sales",
+        Duration::from_secs(20),
+        async || {
+            let audit = c.admin.settled_audit(Duration::from_secs(20)).await;
+            let sku = &audit["skus"][0];
+            let sold: i64 = sku["regions"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|r| r["sold"].as_i64().unwrap())
+                .sum();
+            sold == 1_000 && sku["pool"] == 0
+        },
+    )
+    .await;
+    c.stop().await;
+}
+
+/// Goal: in central mode, holds that expire go back to the pool and are
+/// sold again in another region; nothing is sold twice.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
+    let c = cluster(&pool, None).await;
+    // 10 units are below the tail-merge threshold: central mode from the first plan.
+    c.admin
+        .put_sku(
+            "tail",
+            json!({"total": 10, "regions": {"eu": 1, "us": 1}, "hold_ttl_ms": 1000}),
+        )
+        .await;
+    eventually(
+        "central mode reaches the agents",
+        Duration::from_secs(20),
+        async || {
+            c.admin.sku("tail").await["mode"] == "CENTRAL"
+                && c.agents[..2].iter().all(|a| {
+                    a.state
+                        .registry()
+                        .all()
+                        .iter()
+                        .any(|h| h.view.sku.as_str() == "tail" && h.view.is_central())
+                })
+        },
+    )
+    .await;
+    let eu = c.agents[0].buyer();
+    let us = c.agents[1].buyer();
+    for i in 0..10 {
+        let (status, body, _, _) = eu
+            .reserve_until_final(&format!("eu-{i}"), &format!("e{i}"), "tail")
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (status, body, _, _) = us.reserve_until_final("us-early", "x", "tail").await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::CONFLICT, Some("SOLD_OUT"))
+    );
+
+    // The eu holds expire; their units must reach the pool and then us.
+    let mut sold_in_us = 0;
+    let start = Instant::now();
+    while sold_in_us < 10 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "expired units never reached us"
+        );
+        let (status, _) = us
+            .reserve(
+                &format!("us-{sold_in_us}"),
+                &format!("s{sold_in_us}"),
+                "tail",
+            )
+            .await;
+        if status == StatusCode::CREATED {
+            sold_in_us += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for i in 0..10 {
+        let (status, body) = eu.action(&format!("eu-{i}"), "confirm").await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::CONFLICT, Some("EXPIRED"))
+        );
+    }
+    let audit = c.admin.settled_audit(Duration::from_secs(20)).await;
+    let regions = &audit["skus"][0]["regions"];
+    assert_eq!(regions["us"]["held"], 10);
+    assert_eq!(regions["eu"]["held"], 0);
+    c.stop().await;
+}
+
+/// Goal: with every protocol message duplicated, delayed, reordered and
+/// some responses lost after the coordinator committed, a sale still sells
+/// exactly the total, and the books settle with drift 0.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
+    let c = cluster(&pool, Some(7)).await;
+    c.admin
+        .put_sku(
+            "drop",
+            json!({"total": 500, "regions": {"eu": 2, "us": 1, "ap": 1}}),
+        )
+        .await;
+    eventually(
+        "initial grants delivered",
+        Duration::from_secs(20),
+        async || c.admin.sku("drop").await["in_transit"] == 0,
+    )
+    .await;
+    let answers = sale(&c, "drop", "a", 1_200, [60, 30, 10]).await;
+    let held = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .count();
+    let sold_out = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CONFLICT)
+        .count();
+    println!(
+        "faulty wire: {held} HELD, {sold_out} SOLD_OUT, {} messages",
+        c.messages()
+    );
+    assert_eq!(held, 500);
+    assert_eq!(sold_out, 700);
+    c.admin.assert_no_drift().await;
+    // Add stock mid-flight and let it spread through the faulty wire.
+    c.admin
+        .post(
+            "/v1/admin/skus/acme/drop/add-stock",
+            Some(json!({"qty": 50})),
+        )
+        .await;
+    eventually(
+        "agents learn of the new stock",
+        Duration::from_secs(20),
+        async || {
+            c.agents.iter().all(|a| {
+                a.state
+                    .registry()
+                    .all()
+                    .iter()
+                    .all(|h| !h.view.is_sold_out_everywhere())
+            })
+        },
+    )
+    .await;
+    let more = sale(&c, "drop", "b", 60, [34, 33, 33]).await;
+    let held_more = more
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .count();
+
+    assert_eq!(held_more, 50);
+    let audit = c.admin.settled_audit(Duration::from_secs(30)).await;
+    let sku = &audit["skus"][0];
+    let held_total: i64 = sku["regions"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| r["held"].as_i64().unwrap())
+        .sum();
+    assert_eq!((sku["total"].as_i64(), held_total), (Some(550), 550));
+    c.stop().await;
+}
+
+/// Goal: while the coordinator is down, escrow-mode SKUs keep selling local
+/// quota and central-mode SKUs answer PAUSED; when it is back, everything
+/// converges with drift 0.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
+    let c = cluster(&pool, None).await;
+    c.admin
+        .put_sku(
+            "big",
+            json!({"total": 3000, "regions": {"eu": 1, "us": 1, "ap": 1}}),
+        )
+        .await;
+    c.admin
+        .put_sku("tiny", json!({"total": 5, "regions": {"eu": 1, "us": 1}}))
+        .await;
+    eventually(
+        "quota delivered and tail merged",
+        Duration::from_secs(20),
+        async || {
+            let big = c.admin.sku("big").await;
+            let tiny = c.admin.sku("tiny").await;
+            big["in_transit"] == 0
+                && big["regions"]["eu"]["available"].as_i64().unwrap_or(0) > 10
+                && tiny["mode"] == "CENTRAL"
+                && c.agents[0]
+                    .state
+                    .registry()
+                    .all()
+                    .iter()
+                    .any(|h| h.view.sku.as_str() == "tiny" && h.view.is_central())
+        },
+    )
+    .await;
+    let addr = c.coord.addr;
+    let Cluster {
+        coord,
+        admin,
+        agents,
+        _dbs,
+    } = c;
+    coord.stop().await;
+    let eu = agents[0].buyer();
+    eventually(
+        "the agent notices the outage",
+        Duration::from_secs(10),
+        async || agents[0].state.link().unwrap().is_down(),
+    )
+    .await;
+    for i in 0..5 {
+        let (status, body) = eu
+            .reserve(&format!("big-{i}"), &format!("b{i}"), "big")
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "escrow SKU sells local quota: {body}"
+        );
+    }
+    let (status, body) = eu.reserve("tiny-1", "t1", "tiny").await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED"))
+    );
+
+    let coord = Coord::start(&pool, Some(addr)).await;
+    let (status, body, _, _) = eu.reserve_until_final("tiny-1", "t1", "tiny").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let audit = admin.settled_audit(Duration::from_secs(20)).await;
+    let held: HashMap<String, i64> = audit["skus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["sku"].as_str().unwrap().to_owned(),
+                s["regions"]["eu"]["held"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!((held["big"], held["tiny"]), (5, 1));
+    for agent in agents {
+        agent.stop().await;
+    }
+    coord.stop().await;
+}
+
+/// Goal: a region's token cannot act for another region (403) and an
+/// unknown token is 401; nothing moves.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
+    let coord = Coord::start(&pool, None).await;
+    let admin = Admin::new(&coord.url);
+    admin
+        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+        .await;
+    let before = admin.sku("drop").await;
+    let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
+    let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
+        {"id": "r-evil", "tenant": "acme", "sku": "drop", "units": 5}]});
+    let c = client();
+    for (path, body) in [("take", &take), ("sync", &sync)] {
+        let r = c
+            .post(format!("{}/v1/regions/us/{path}", coord.url))
+            .bearer_auth(region_token("eu"))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{path}");
+        let r = c
+            .post(format!("{}/v1/regions/us/{path}", coord.url))
+            .bearer_auth("nobody")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let r = c
+        .get(format!("{}/v1/admin/audit", coord.url))
+        .bearer_auth(region_token("eu"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let after = admin.sku("drop").await;
+    assert_eq!(before, after, "nothing moved");
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
