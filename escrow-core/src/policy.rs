@@ -213,7 +213,7 @@ impl RefillSettings {
             .iter()
             .enumerate()
             .filter(|(_, r)| r.weight > 0 && r.on_hand() < self.low_water(r))
-            .map(|(i, r)| (i, self.target(r) - r.on_hand()))
+            .map(|(i, r)| (i, self.target(r).saturating_sub(r.on_hand())))
             .collect();
         needy.sort_by_key(|(i, want)| (std::cmp::Reverse(*want), *i));
         let mut grants = Vec::new();

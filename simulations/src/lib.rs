@@ -1,0 +1,39 @@
+//! Deterministic discrete-event simulations of the allocator's tail behaviour.
+//!
+//! The simulator drives escrow-core's decision code, the code the region
+//! agents and the coordinator run, under a simulated clock, network and
+//! crowd of buyers: [`agent`] wraps `Book`, `plan_reserves` and `RateMeter`
+//! in the agent's owner loop; [`coordinator`] wraps `PoolLedger`, the
+//! `Policy` trait and `decide_take`; they talk in escrow-core's protocol
+//! messages over [`network`]. One seed reproduces a run bit for bit (see
+//! [`rng`]); every failure prints its seed.
+//!
+//! - [`scenario`]: what a run models, read from TOML.
+//! - [`demand`]: when buyers arrive and what they do once they hold units.
+//! - [`queue`]: the event queue, ordered by (time, sequence).
+//! - [`world`]: the event loop and the safety checks run after every event.
+//! - [`metrics`]: what a run measured.
+//! - [`run`]: running one policy and seed, or a matrix of them.
+//! - [`report`], [`svg`]: summary tables, Markdown reports and plots.
+//! - [`swarm`]: random configurations per seed, safety then liveness.
+//! - [`policies`]: escrow-core's policies by name.
+
+pub mod agent;
+pub mod coordinator;
+pub mod demand;
+pub mod metrics;
+pub mod network;
+pub mod policies;
+pub mod queue;
+pub mod report;
+pub mod rng;
+pub mod run;
+pub mod scenario;
+pub mod svg;
+pub mod swarm;
+pub mod world;
+
+pub use metrics::Metrics;
+pub use run::{run, run_matrix, RunError, RunOutput};
+pub use scenario::Scenario;
+pub use world::{Violation, World};

@@ -1,0 +1,348 @@
+//! What a run measured: counters, latency histograms and time series.
+//!
+//! The [`Recorder`] collects during the run; [`Metrics`] is the result,
+//! plain data that compares equal between two runs of the same seed (the
+//! reproducibility test compares every field). Latencies are kept in
+//! HdrHistograms (microseconds, 3 significant digits) and summarised as
+//! p50/p99/p999 plus a percentile curve for plots.
+
+use hdrhistogram::Histogram;
+
+use crate::agent::Answer;
+
+/// Largest latency recorded, µs (an hour).
+pub const LATENCY_MAX_US: u64 = 3_600_000_000;
+
+/// Quantiles of the percentile curves in reports: 0 .. 99.99 %, denser in the tail.
+pub fn curve_quantiles() -> Vec<f64> {
+    (0..=32)
+        .map(|k| 1.0 - 10f64.powf(-f64::from(k) / 8.0))
+        .collect()
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("constant bounds are valid")
+}
+
+/// Percentiles of one latency distribution, µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LatencySummary {
+    /// Values recorded.
+    pub count: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest.
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+fn curve(h: &Histogram<u64>) -> Vec<(f64, u64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    curve_quantiles()
+        .into_iter()
+        .map(|q| (q, h.value_at_quantile(q)))
+        .chain(std::iter::once((1.0, h.max())))
+        .collect()
+}
+
+/// One region's share of the results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionMetrics {
+    /// Region name.
+    pub name: String,
+    /// Buyers that arrived here (bots included).
+    pub buyers: u64,
+    /// Reserve requests sent here (first attempts and retries).
+    pub attempts: u64,
+    /// HELD answers.
+    pub holds: u64,
+    /// SOLD_OUT answers.
+    pub sold_out_answers: u64,
+    /// SOLD_OUT answers while a unit was free somewhere.
+    pub false_sold_outs: u64,
+    /// PAUSED answers.
+    pub paused_answers: u64,
+    /// Refused before the queue or while the agent was down (queue full, wait timeout, connection refused).
+    pub rejected_answers: u64,
+    /// Latency of HELD answers.
+    pub held_latency: LatencySummary,
+    /// Latency of every answer.
+    pub answer_latency: LatencySummary,
+    /// Percentile curve of HELD latency: (quantile, µs).
+    pub held_latency_curve: Vec<(f64, u64)>,
+}
+
+/// Values sampled over the run, at times spaced evenly on a log scale from sale start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Sample times, ms since sale start.
+    pub t_ms: Vec<f64>,
+    /// Available units per region (outer index: region).
+    pub available: Vec<Vec<u64>>,
+    /// Units in the coordinator's pool.
+    pub pool: Vec<u64>,
+    /// Units in transfers not yet applied by their receiver.
+    pub in_transit: Vec<u64>,
+    /// Units held or sold.
+    pub taken: Vec<u64>,
+    /// False sold-outs so far.
+    pub false_sold_outs: Vec<u64>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Units on sale.
+    pub total_units: u64,
+    /// Buyers that arrived (bots included).
+    pub buyers: u64,
+    /// Reserve requests (first attempts and retries).
+    pub attempts: u64,
+    /// Units SOLD at the end.
+    pub sold_units: u64,
+    /// Units still HELD at the end (0 once every hold resolved).
+    pub held_units_at_end: u64,
+    /// Units held or sold beyond the total, at the worst moment. Must be 0.
+    pub oversold_units: u64,
+    /// SOLD_OUT answers given while some unit was available in some region, in the pool or in transit.
+    pub false_sold_outs: u64,
+    /// SOLD_OUT answers.
+    pub sold_out_answers: u64,
+    /// PAUSED answers (the units' owner could not be asked, or had none to give yet).
+    pub paused_answers: u64,
+    /// Queue full, wait timeout and connection refused.
+    pub rejected_answers: u64,
+    /// Buyers that got a hold.
+    pub buyers_served: u64,
+    /// Buyers that left without a hold (told SOLD_OUT, or out of retries).
+    pub buyers_turned_away: u64,
+    /// Units those buyers asked for.
+    pub units_turned_away: u64,
+    /// Units unsold at the end although buyers were turned away: min(unsold, units turned away).
+    pub stranded_units: u64,
+    /// When no unit was free anywhere for the first time, ms after sale start.
+    pub sell_out_ms: Option<f64>,
+    /// When the last HELD answer was given, ms after sale start.
+    pub last_hold_ms: Option<f64>,
+    /// When the SKU switched to central mode, ms after sale start (before the sale: negative).
+    pub central_at_ms: Option<f64>,
+    /// Units returned to available by expiry.
+    pub expired_units: u64,
+    /// Holds released by buyers.
+    pub released_holds: u64,
+    /// Confirms refused because the hold had expired.
+    pub confirms_refused: u64,
+    /// Sync calls agents made.
+    pub sync_requests: u64,
+    /// Take calls agents made.
+    pub take_requests: u64,
+    /// Messages between agents and the coordinator, both directions, duplicates included.
+    pub coordinator_messages: u64,
+    /// Messages lost.
+    pub messages_lost: u64,
+    /// Extra copies delivered.
+    pub messages_duplicated: u64,
+    /// Coordinator messages per unit sold.
+    pub messages_per_sale: f64,
+    /// Take calls per unit sold.
+    pub takes_per_sale: f64,
+    /// Latency of HELD answers, all regions.
+    pub held_latency: LatencySummary,
+    /// Latency of every answer, all regions.
+    pub answer_latency: LatencySummary,
+    /// Percentile curve of HELD latency, all regions: (quantile, µs).
+    pub held_latency_curve: Vec<(f64, u64)>,
+    /// Per region.
+    pub regions: Vec<RegionMetrics>,
+    /// Over time.
+    pub series: Series,
+    /// Simulated time covered, ms after sale start.
+    pub end_ms: f64,
+    /// Events processed.
+    pub events: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RegionCounts {
+    buyers: u64,
+    attempts: u64,
+    holds: u64,
+    sold_out_answers: u64,
+    false_sold_outs: u64,
+    paused_answers: u64,
+    rejected_answers: u64,
+}
+
+/// Collects measurements during a run.
+#[derive(Debug)]
+pub struct Recorder {
+    names: Vec<String>,
+    counts: Vec<RegionCounts>,
+    held_latency: Vec<Histogram<u64>>,
+    answer_latency: Vec<Histogram<u64>>,
+    held_all: Histogram<u64>,
+    answer_all: Histogram<u64>,
+    /// Samples so far.
+    pub series: Series,
+    /// False sold-outs so far.
+    pub false_sold_outs: u64,
+}
+
+impl Recorder {
+    /// A recorder for regions named `names`.
+    pub fn new(names: Vec<String>) -> Self {
+        let n = names.len();
+        Self {
+            counts: vec![RegionCounts::default(); n],
+            held_latency: (0..n).map(|_| histogram()).collect(),
+            answer_latency: (0..n).map(|_| histogram()).collect(),
+            held_all: histogram(),
+            answer_all: histogram(),
+            series: Series {
+                available: vec![Vec::new(); n],
+                ..Series::default()
+            },
+            names,
+            false_sold_outs: 0,
+        }
+    }
+
+    /// A buyer arrived in region `r`.
+    pub fn arrival(&mut self, r: usize) {
+        self.counts[r].buyers += 1;
+    }
+
+    /// A reserve request was sent in region `r`.
+    pub fn attempt(&mut self, r: usize) {
+        self.counts[r].attempts += 1;
+    }
+
+    /// A buyer in region `r` got `answer` after `latency_us`.
+    pub fn answer(&mut self, r: usize, answer: Answer, latency_us: u64) {
+        let c = &mut self.counts[r];
+        match answer {
+            Answer::Held => {
+                c.holds += 1;
+                self.held_latency[r].saturating_record(latency_us.max(1));
+                self.held_all.saturating_record(latency_us.max(1));
+            }
+            Answer::SoldOut => c.sold_out_answers += 1,
+            Answer::Paused => c.paused_answers += 1,
+            Answer::QueueFull | Answer::WaitTimeout | Answer::Unreachable => {
+                c.rejected_answers += 1
+            }
+            Answer::Replay | Answer::UserLimit | Answer::KeyReused => {}
+        }
+        if answer != Answer::Unreachable {
+            self.answer_latency[r].saturating_record(latency_us.max(1));
+            self.answer_all.saturating_record(latency_us.max(1));
+        }
+    }
+
+    /// A SOLD_OUT answer in region `r` was false.
+    pub fn false_sold_out(&mut self, r: usize) {
+        self.counts[r].false_sold_outs += 1;
+        self.false_sold_outs += 1;
+    }
+
+    /// Totals over regions: (attempts, holds, sold-out, paused, rejected).
+    pub fn totals(&self) -> (u64, u64, u64, u64, u64) {
+        self.counts.iter().fold((0, 0, 0, 0, 0), |t, c| {
+            (
+                t.0 + c.attempts,
+                t.1 + c.holds,
+                t.2 + c.sold_out_answers,
+                t.3 + c.paused_answers,
+                t.4 + c.rejected_answers,
+            )
+        })
+    }
+
+    /// Per-region results.
+    pub fn regions(&self) -> Vec<RegionMetrics> {
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(r, name)| {
+                let c = &self.counts[r];
+                RegionMetrics {
+                    name: name.clone(),
+                    buyers: c.buyers,
+                    attempts: c.attempts,
+                    holds: c.holds,
+                    sold_out_answers: c.sold_out_answers,
+                    false_sold_outs: c.false_sold_outs,
+                    paused_answers: c.paused_answers,
+                    rejected_answers: c.rejected_answers,
+                    held_latency: LatencySummary::of(&self.held_latency[r]),
+                    answer_latency: LatencySummary::of(&self.answer_latency[r]),
+                    held_latency_curve: curve(&self.held_latency[r]),
+                }
+            })
+            .collect()
+    }
+
+    /// Latency of HELD answers and of every answer, over all regions.
+    pub fn overall_latency(&self) -> (LatencySummary, LatencySummary) {
+        (
+            LatencySummary::of(&self.held_all),
+            LatencySummary::of(&self.answer_all),
+        )
+    }
+
+    /// Percentile curve of HELD latency over all regions.
+    pub fn held_curve(&self) -> Vec<(f64, u64)> {
+        curve(&self.held_all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: answers land in the right counters and percentiles come out of the histogram.
+    #[test]
+    fn answers_are_counted_and_summarised() {
+        let mut r = Recorder::new(vec!["eu".into()]);
+        for us in 1..=1000 {
+            r.answer(0, Answer::Held, us);
+        }
+        r.answer(0, Answer::SoldOut, 5);
+        r.answer(0, Answer::Unreachable, 5);
+        let m = &r.regions()[0];
+        assert_eq!(
+            (m.holds, m.sold_out_answers, m.rejected_answers),
+            (1000, 1, 1)
+        );
+        assert_eq!(m.held_latency.count, 1000);
+        assert!((495..=505).contains(&m.held_latency.p50_us));
+        assert_eq!(m.answer_latency.count, 1001);
+        assert_eq!(r.totals().1, 1000);
+    }
+}
