@@ -1,2 +1,331 @@
-//! `escrowctl`: admin CLI (being written).
-fn main() {}
+//! `escrowctl`: the admin CLI for the coordinator (and standalone agents).
+//!
+//! Every subcommand is one admin API call; output is a table for people or
+//! the API's JSON with `--json`. `audit` exits 1 when any SKU drifts or a
+//! region's report is stale, so it can gate a deploy or page someone.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use serde_json::{json, Value};
+
+/// Admin CLI for the regional quota allocator.
+#[derive(Debug, Parser)]
+#[command(name = "escrowctl", version)]
+struct Cli {
+    /// Coordinator (or standalone agent) base URL.
+    #[arg(
+        long,
+        env = "ESCROW_URL",
+        default_value = "http://127.0.0.1:7000",
+        global = true
+    )]
+    url: String,
+    /// Admin bearer token.
+    #[arg(
+        long,
+        env = "ESCROW_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Debug, Subcommand)]
+enum Top {
+    /// Create, change and inspect SKUs.
+    Sku {
+        #[command(subcommand)]
+        command: SkuCommand,
+    },
+    /// The invariant for every SKU; exit status 1 on any drift or stale report.
+    Audit,
+    /// Region agents and their last sync.
+    Regions,
+}
+
+#[derive(Debug, Subcommand)]
+enum SkuCommand {
+    /// Create a SKU or change its total and settings.
+    Put {
+        /// TENANT/SKU.
+        id: String,
+        /// Units in all.
+        #[arg(long)]
+        total: u64,
+        /// Region weights, e.g. `eu=2,us=1`.
+        #[arg(long, value_delimiter = ',')]
+        regions: Vec<String>,
+        /// Units per reservation at most.
+        #[arg(long)]
+        max_per_user: Option<u32>,
+        /// Default hold duration in ms.
+        #[arg(long)]
+        hold_ttl_ms: Option<u64>,
+    },
+    /// Totals, pool, in transit and every region's counters.
+    Show {
+        /// TENANT/SKU.
+        id: String,
+    },
+    /// Stop selling everywhere.
+    Pause {
+        /// TENANT/SKU.
+        id: String,
+    },
+    /// Resume selling.
+    Resume {
+        /// TENANT/SKU.
+        id: String,
+    },
+    /// Add units to the pool.
+    AddStock {
+        /// TENANT/SKU.
+        id: String,
+        /// Units to add.
+        qty: u64,
+    },
+}
+
+fn sku_path(id: &str) -> anyhow::Result<String> {
+    let (tenant, sku) = id.split_once('/').context("expected TENANT/SKU")?;
+    if tenant.is_empty() || sku.is_empty() || sku.contains('/') {
+        bail!("expected TENANT/SKU");
+    }
+    Ok(format!("/v1/admin/skus/{tenant}/{sku}"))
+}
+
+fn weights(raw: &[String]) -> anyhow::Result<Option<Value>> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let mut map = serde_json::Map::new();
+    for pair in raw {
+        let (region, weight) = pair.split_once('=').context("expected REGION=WEIGHT")?;
+        let weight: u64 = weight
+            .parse()
+            .with_context(|| format!("weight of {region}"))?;
+        map.insert(region.to_owned(), json!(weight));
+    }
+    Ok(Some(Value::Object(map)))
+}
+
+struct Api {
+    url: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.url.trim_end_matches('/')));
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let response = req
+            .send()
+            .await
+            .with_context(|| format!("calling {}", self.url))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            bail!("{status}: {text}");
+        }
+        serde_json::from_str(&text).context("the server's answer is not JSON")
+    }
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn sku_table(sku: &Value) -> String {
+    let mut head = Table::new();
+    head.load_preset(UTF8_FULL_CONDENSED);
+    head.set_header([
+        "tenant/sku",
+        "total",
+        "pool",
+        "in transit",
+        "mode",
+        "paused",
+        "drift",
+    ]);
+    head.add_row([
+        format!("{}/{}", cell(&sku["tenant"]), cell(&sku["sku"])),
+        cell(&sku["total"]),
+        cell(&sku["pool"]),
+        cell(&sku["in_transit"]),
+        cell(&sku["mode"]),
+        cell(&sku["paused"]),
+        cell(&sku["drift"]),
+    ]);
+    let mut regions = Table::new();
+    regions.load_preset(UTF8_FULL_CONDENSED);
+    regions.set_header([
+        "region",
+        "weight",
+        "leased",
+        "available",
+        "held",
+        "sold",
+        "report age ms",
+        "stale",
+    ]);
+    if let Some(map) = sku["regions"].as_object() {
+        for (name, r) in map {
+            regions.add_row([
+                name.clone(),
+                cell(&r["weight"]),
+                cell(&r["leased"]),
+                cell(&r["available"]),
+                cell(&r["held"]),
+                cell(&r["sold"]),
+                cell(&r["report_age_ms"]),
+                cell(&r["stale"]),
+            ]);
+        }
+    }
+    format!("{head}\n{regions}")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let api = Api {
+        url: cli.url,
+        token: cli.token,
+        client: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()?,
+    };
+    use reqwest::Method;
+    let (answer, human) = match cli.command {
+        Top::Sku { command } => {
+            let answer = match command {
+                SkuCommand::Put {
+                    id,
+                    total,
+                    regions,
+                    max_per_user,
+                    hold_ttl_ms,
+                } => {
+                    let mut body = json!({"total": total});
+                    if let Some(w) = weights(&regions)? {
+                        body["regions"] = w;
+                    }
+                    if let Some(m) = max_per_user {
+                        body["max_per_user"] = json!(m);
+                    }
+                    if let Some(t) = hold_ttl_ms {
+                        body["hold_ttl_ms"] = json!(t);
+                    }
+                    api.call(Method::PUT, &sku_path(&id)?, Some(body)).await?
+                }
+                SkuCommand::Show { id } => api.call(Method::GET, &sku_path(&id)?, None).await?,
+                SkuCommand::Pause { id } => {
+                    api.call(Method::POST, &format!("{}/pause", sku_path(&id)?), None)
+                        .await?
+                }
+                SkuCommand::Resume { id } => {
+                    api.call(Method::POST, &format!("{}/resume", sku_path(&id)?), None)
+                        .await?
+                }
+                SkuCommand::AddStock { id, qty } => {
+                    api.call(
+                        Method::POST,
+                        &format!("{}/add-stock", sku_path(&id)?),
+                        Some(json!({"qty": qty})),
+                    )
+                    .await?
+                }
+            };
+            let human = sku_table(&answer);
+            (answer, human)
+        }
+        Top::Audit => {
+            let answer = api.call(Method::GET, "/v1/admin/audit", None).await?;
+            let skus = answer["skus"].as_array().cloned().unwrap_or_default();
+            let human = skus.iter().map(sku_table).collect::<Vec<_>>().join("\n");
+            let drift = answer["drift_total"].as_i64().unwrap_or(1) != 0;
+            let stale = skus.iter().any(|s| s["stale"] == true);
+            let verdict = match (drift, stale) {
+                (false, false) => "audit: OK, drift 0 everywhere".to_owned(),
+                _ => format!(
+                    "audit: FAILED (drift_total {}, stale reports: {stale})",
+                    answer["drift_total"]
+                ),
+            };
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&answer)?);
+            } else {
+                println!("{human}\n{verdict}");
+            }
+            return Ok(if drift || stale {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            });
+        }
+        Top::Regions => {
+            let answer = api.call(Method::GET, "/v1/admin/regions", None).await?;
+            let mut table = Table::new();
+            table.load_preset(UTF8_FULL_CONDENSED);
+            table.set_header([
+                "region",
+                "epoch",
+                "seq",
+                "rtt ms",
+                "last sync",
+                "sync age ms",
+            ]);
+            for r in answer["regions"].as_array().cloned().unwrap_or_default() {
+                table.add_row([
+                    cell(&r["region"]),
+                    cell(&r["epoch"]),
+                    cell(&r["seq"]),
+                    cell(&r["rtt_ms"]),
+                    cell(&r["last_sync_at"]),
+                    cell(&r["sync_age_ms"]),
+                ]);
+            }
+            (answer, table.to_string())
+        }
+    };
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        println!("{human}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("escrowctl: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! escrowctl against a real coordinator: each subcommand works, `--json`
+//! is the API's JSON, and `audit` exits 1 on drift or a stale report.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::process::Output;
+
+use coordinator::auth::Auth;
+use coordinator::store::Ledger;
+use escrow_core::RegionName;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+const ADMIN: &str = "admin-secret";
+
+async fn serve(pool: &PgPool) -> String {
+    let state = coordinator::AppState::new(
+        Ledger::new(pool.clone()),
+        Auth::new(
+            Some(ADMIN.to_owned()),
+            vec![(RegionName::parse("eu").unwrap(), "t".to_owned())],
+        ),
+        coordinator::policy_named("tail-merge", 200).unwrap(),
+        10_000,
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(coordinator::run(listener, state, std::future::pending()));
+    url
+}
+
+async fn ctl(url: &str, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"));
+    cmd.args(["--url", url, "--token", ADMIN]).args(args);
+    cmd.output().await.unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Goal: put, show, pause, resume, add-stock, regions and audit all work
+/// through the CLI, and audit's exit status tells drift and stale reports.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn subcommands_and_audit_exit_status(pool: PgPool) {
+    let url = serve(&pool).await;
+    let out = ctl(
+        &url,
+        &[
+            "sku",
+            "put",
+            "acme/drop",
+            "--total",
+            "100",
+            "--max-per-user",
+            "2",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("acme/drop"));
+
+    let out = ctl(&url, &["--json", "sku", "add-stock", "acme/drop", "5"]).await;
+    assert_eq!(json(&out)["total"], 105);
+    let out = ctl(&url, &["--json", "sku", "pause", "acme/drop"]).await;
+    assert_eq!(json(&out)["paused"], true);
+    let out = ctl(&url, &["--json", "sku", "resume", "acme/drop"]).await;
+    assert_eq!(json(&out)["paused"], false);
+    let out = ctl(&url, &["--json", "sku", "show", "acme/drop"]).await;
+    assert_eq!(
+        (
+            json(&out)["pool"].as_i64(),
+            json(&out)["max_per_user"].as_i64()
+        ),
+        (Some(105), Some(2))
+    );
+    assert!(ctl(&url, &["regions"]).await.status.success());
+
+    // All units in the pool, no region: nothing can be stale, drift 0.
+    let out = ctl(&url, &["audit"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // A region with quota in transit that never reported is stale.
+    ctl(
+        &url,
+        &[
+            "sku",
+            "put",
+            "acme/other",
+            "--total",
+            "10",
+            "--regions",
+            "eu=1",
+        ],
+    )
+    .await;
+    let out = ctl(&url, &["audit"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"));
+
+    // Drift: a total that no longer matches the units (CHECK pool <= total still holds).
+    sqlx::query("DELETE FROM transfers")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM sku_regions WHERE sku = 'other'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE skus SET total = total + 1 WHERE sku = 'drop'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let out = ctl(&url, &["--json", "audit"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_ne!(json(&out)["drift_total"], 0);
+
+    // Errors: bad id, wrong token, unknown SKU exit 2 with a message.
+    assert_eq!(
+        ctl(&url, &["sku", "show", "nope"]).await.status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        ctl(&url, &["sku", "show", "acme/missing"])
+            .await
+            .status
+            .code(),
+        Some(2)
+    );
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"));
+    let out = cmd
+        .args(["--url", &url, "--token", "wrong", "audit"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
