@@ -141,6 +141,39 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
         (status, body["outcome"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("KEY_REUSED"))
     );
+    // The same key for another SKU or another quantity is reused too.
+    api.put_sku("acme", "other", json!({"total": 5, "max_per_user": 2}))
+        .await;
+    let (status, body) = api.reserve(&key, "bob", "other").await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("KEY_REUSED"))
+    );
+    let r = api
+        .client
+        .post(format!("{}/v1/reservations", api.url))
+        .bearer_auth(ACME_KEY)
+        .json(&json!({"request_key": key, "user_id": "bob", "sku": "drop", "qty": 2}))
+        .send()
+        .await
+        .unwrap();
+        // max_per_user of "drop" is 1, so qty 2 is bad input before any lookup.
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(api.reserve("q", "quinn", "other").await.0, StatusCode::CREATED);
+    let r = api
+        .client
+        .post(format!("{}/v1/reservations", api.url))
+        .bearer_auth(ACME_KEY)
+        .json(&json!({"request_key": "q", "user_id": "quinn", "sku": "other", "qty": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "same key, other quantity");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sku = 'other'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(count, 1, "KEY_REUSED wrote nothing");
 
     // Once bob's hold is released he may reserve again.
     assert_eq!(api.action(&key, "release").await.0, StatusCode::OK);
