@@ -462,6 +462,30 @@ pub fn decide_take(sku: &SkuState, asking: usize, units: u64) -> TakeDecision {
     }
 }
 
+/// Units a region gives back to the pool after a batch, given `free`
+/// units left after the batch's holds.
+///
+/// In escrow mode: what the coordinator recalled (`return_until` is
+/// cumulative, so a repeated directive never returns twice). In central
+/// mode: every free unit, except while the region's own buyers are asking
+/// (`local_demand`): then freed units (releases, expiries) sell where they
+/// are instead of travelling to the pool and back while every region's
+/// cached sold-out flag still says no.
+pub fn units_to_return(
+    mode: Mode,
+    free: u64,
+    return_until: Option<u64>,
+    returned: u64,
+    local_demand: bool,
+) -> u64 {
+    let wanted = match mode {
+        Mode::Central if local_demand => 0,
+        Mode::Central => free,
+        Mode::Escrow => return_until.map_or(0, |until| until.saturating_sub(returned)),
+    };
+    wanted.min(free)
+}
+
 /// Whether a SKU has nothing free anywhere: what agents cache as sold out.
 pub fn is_exhausted(sku: &SkuState) -> bool {
     sku.remainder() == 0
@@ -583,6 +607,18 @@ mod tests {
                 exhausted: false
             }
         );
+    }
+
+    /// Goal: returns follow recalls in escrow mode and empty the region in
+    /// central mode unless its own buyers are asking; never more than free.
+    #[test]
+    fn returns_follow_mode_and_demand() {
+        assert_eq!(units_to_return(Mode::Escrow, 10, None, 0, false), 0);
+        assert_eq!(units_to_return(Mode::Escrow, 10, Some(7), 3, false), 4);
+        assert_eq!(units_to_return(Mode::Escrow, 2, Some(7), 3, true), 2);
+        assert_eq!(units_to_return(Mode::Escrow, 10, Some(2), 3, false), 0);
+        assert_eq!(units_to_return(Mode::Central, 5, None, 0, false), 5);
+        assert_eq!(units_to_return(Mode::Central, 5, Some(100), 0, true), 0);
     }
 
     fn policies() -> Vec<Box<dyn Policy>> {

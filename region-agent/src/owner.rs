@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use escrow_core::policy::units_to_return;
 use escrow_core::protocol::{SkuDirective, TakeRequest, TransferMsg};
 use escrow_core::{
     plan_reserves, Deadline, Ledger, Mode, Qty, RateMeter, Refusal, RegionName, RequestKey,
@@ -758,16 +759,15 @@ impl Owner {
         }
         batch.changes.append(&mut self.pending_changes);
         if self.deps.link.is_some() {
-            // What is free after this batch's holds: central mode gives all of
-            // it back to the pool; escrow mode what the coordinator recalled.
             let free = (self.ledger.available + granted).saturating_sub(plan.units);
-            let wanted = match self.mode {
-                Mode::Central => free,
-                Mode::Escrow => self
-                    .return_until
-                    .map_or(0, |until| until.saturating_sub(self.ledger.returned)),
-            };
-            let units = wanted.min(free);
+            let local_demand = !quantities.is_empty();
+            let units = units_to_return(
+                self.mode,
+                free,
+                self.return_until,
+                self.ledger.returned,
+                local_demand,
+            );
             if units > 0 {
                 batch.returns.push(TransferMsg {
                     id: format!("r-{}-{}", self.deps.region, uuid::Uuid::new_v4()),
@@ -833,6 +833,13 @@ impl Owner {
         }
         if expired_units > 0 {
             metrics::counter!("escrow_expired_units_total").increment(expired_units);
+        }
+        if self.ledger.available > 0 {
+            // Units freed here (releases, expiries, unused grants) are free
+            // somewhere: this region no longer believes "sold out everywhere".
+            self.view
+                .sold_out_everywhere
+                .store(false, Ordering::Release);
         }
 
         for (a, result) in acts.into_iter().zip(act_results) {

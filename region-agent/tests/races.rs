@@ -157,9 +157,12 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
         .send()
         .await
         .unwrap();
-        // max_per_user of "drop" is 1, so qty 2 is bad input before any lookup.
+    // max_per_user of "drop" is 1, so qty 2 is bad input before any lookup.
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(api.reserve("q", "quinn", "other").await.0, StatusCode::CREATED);
+    assert_eq!(
+        api.reserve("q", "quinn", "other").await.0,
+        StatusCode::CREATED
+    );
     let r = api
         .client
         .post(format!("{}/v1/reservations", api.url))
@@ -168,12 +171,16 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "same key, other quantity");
+    assert_eq!(
+        r.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "same key, other quantity"
+    );
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sku = 'other'")
         .fetch_one(&pool)
         .await
         .unwrap();
-        assert_eq!(count, 1, "KEY_REUSED wrote nothing");
+    assert_eq!(count, 1, "KEY_REUSED wrote nothing");
 
     // Once bob's hold is released he may reserve again.
     assert_eq!(api.action(&key, "release").await.0, StatusCode::OK);

@@ -26,6 +26,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
 
+use escrow_core::policy::units_to_return;
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
 };
@@ -493,7 +494,7 @@ impl Agent {
             || (self.book.ledger.held > 0
                 && now >= self.next_sweep_ms
                 && now_ms_due(&self.expiries, now))
-            || self.returns_wanted(self.book.ledger.available) > 0
+            || self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty()) > 0
     }
 
     fn begin_commit(&mut self, now_us: u64, out: &mut Vec<Effect>) {
@@ -509,15 +510,16 @@ impl Agent {
         }
     }
 
-    /// Units the directive or the mode asks back, given `free` units.
-    fn returns_wanted(&self, free: u64) -> u64 {
-        let wanted = match self.mode {
-            Mode::Central => free,
-            Mode::Escrow => self
-                .return_until
-                .map_or(0, |until| until.saturating_sub(self.book.ledger.returned)),
-        };
-        wanted.min(free)
+    /// Units the directive or the mode asks back, given `free` units
+    /// (escrow-core's rule, the same the agent applies).
+    fn returns_wanted(&self, free: u64, local_demand: bool) -> u64 {
+        units_to_return(
+            self.mode,
+            free,
+            self.return_until,
+            self.book.ledger.returned,
+            local_demand,
+        )
     }
 
     /// The batch is durable: credit grants, hold, return, expire; then answer.
@@ -565,7 +567,7 @@ impl Agent {
             }
         }
         self.rate.record(now, held_units);
-        let back = self.returns_wanted(self.book.ledger.available);
+        let back = self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty());
         if back > 0 {
             self.give_back(back);
         }
@@ -581,6 +583,7 @@ impl Agent {
         if self.book.ledger.held == 0 {
             self.expiries.clear();
         }
+
         // Units freed by replays may serve the overflow next batch; otherwise
         // it is sold out only on the coordinator's word.
         overflow.sort_by_key(|r| r.qty);
