@@ -469,3 +469,65 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
     admin.assert_no_drift().await;
     coord.stop().await;
 }
+
+/// Goal: admin operations at the coordinator reach the agents: pause stops
+/// selling within a few sync intervals and resume restarts it; the total
+/// is lowered only from the pool (else 409); a region joining gets quota
+/// from the pool and sells it.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn admin_operations_reach_the_agents(pool: PgPool) {
+    let c = cluster(&pool, None).await;
+    c.admin
+        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+        .await;
+    eventually(
+        "initial grants delivered",
+        Duration::from_secs(20),
+        async || c.admin.sku("drop").await["in_transit"] == 0,
+    )
+    .await;
+    let eu = c.agents[0].buyer();
+    assert_eq!(eu.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
+
+    c.admin.post("/v1/admin/skus/acme/drop/pause", None).await;
+    let mut attempt = 0;
+    eventually("eu stops selling", Duration::from_secs(10), async || {
+        attempt += 1;
+        let key = format!("probe-{attempt}");
+        eu.reserve(&key, &key, "drop").await.1["outcome"] == "PAUSED"
+    })
+    .await;
+    c.admin.post("/v1/admin/skus/acme/drop/resume", None).await;
+    eventually("eu sells again", Duration::from_secs(10), async || {
+        eu.reserve("k2", "u2", "drop").await.0 == StatusCode::CREATED
+    })
+    .await;
+
+    let pool_units = c.admin.sku("drop").await["pool"].as_i64().unwrap();
+    let (status, body) = c
+        .admin
+        .put_sku("drop", json!({"total": 100 - pool_units - 1}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = c
+        .admin
+        .put_sku("drop", json!({"total": 100 - pool_units / 2}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    c.admin
+        .put_sku(
+            "drop",
+            json!({"total": 100 - pool_units / 2, "regions": {"eu": 1, "us": 1, "ap": 1}}),
+        )
+        .await;
+    let ap = c.agents[2].buyer();
+    eventually(
+        "ap gets quota and sells",
+        Duration::from_secs(20),
+        async || ap.reserve("k3", "u3", "drop").await.0 == StatusCode::CREATED,
+    )
+    .await;
+    c.admin.settled_audit(Duration::from_secs(20)).await;
+    c.stop().await;
+}
