@@ -4,9 +4,9 @@
 //! presented on another region's path is 403, an unknown token 401. Every
 //! configured token is compared in constant time on each request.
 
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use escrow_core::RegionName;
-use subtle::ConstantTimeEq;
+use service_kit::{bearer, token_matches};
 
 /// The coordinator's credentials.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +41,7 @@ impl Auth {
     /// Whether the request carries the admin token.
     pub fn is_admin(&self, headers: &HeaderMap) -> bool {
         match (&self.admin, bearer(headers)) {
-            (Some(admin), Some(token)) => bool::from(admin.as_slice().ct_eq(token)),
+            (Some(admin), Some(token)) => token_matches(admin, token),
             _ => false,
         }
     }
@@ -53,7 +53,7 @@ impl Auth {
         };
         let mut access = RegionAccess::Unauthenticated;
         for (name, secret) in &self.regions {
-            if bool::from(secret.as_slice().ct_eq(token)) {
+            if token_matches(secret, token) {
                 access = if name == region {
                     RegionAccess::Granted
                 } else {
@@ -63,12 +63,6 @@ impl Auth {
         }
         access
     }
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
-    let token = value.strip_prefix(b"Bearer ")?;
-    (!token.is_empty()).then_some(token)
 }
 
 /// Parses `REGION=TOKEN` from the command line.

@@ -13,14 +13,14 @@ pub mod http;
 pub mod store;
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::Router;
 use escrow_core::policy::{
     CentralOnly, ProportionalShare, RefillOnLowWater, StaticSplit, TailMerge,
 };
 use escrow_core::Policy;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
@@ -46,7 +46,7 @@ impl AppState {
             auth,
             policy,
             stale_report_ms,
-            metrics: metrics_handle(),
+            metrics: service_kit::metrics_handle(),
         }))
     }
     /// The ledger.
@@ -85,19 +85,6 @@ pub fn policy_named(name: &str, sync_interval_ms: u64) -> Option<Box<dyn Policy>
         "central" => Box::new(CentralOnly),
         _ => return None,
     })
-}
-
-fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
-            let handle = recorder.handle();
-            // Fails only if another recorder is installed in this process; ours then renders empty.
-            let _ = metrics::set_global_recorder(recorder);
-            handle
-        })
-        .clone()
 }
 
 /// The HTTP router of a coordinator.

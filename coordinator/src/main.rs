@@ -10,31 +10,10 @@ use coordinator::store::{Ledger, MIGRATOR};
 use coordinator::{policy_named, run, AppState};
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
-
-async fn shutdown_signal() {
-    let term = async {
-        match signal(SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown signal received; draining");
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    service_kit::init_tracing();
     let config = Config::parse();
     let policy = policy_named(&config.policy, config.sync_interval_ms)
         .with_context(|| format!("unknown policy {}", config.policy))?;
@@ -55,6 +34,6 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, policy = %config.policy, "serving");
-    run(listener, state, shutdown_signal()).await?;
+    run(listener, state, service_kit::shutdown_signal()).await?;
     Ok(())
 }

@@ -4,9 +4,9 @@
 //! compared on each request, so timing reveals neither a key nor which
 //! tenant matched.
 
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use escrow_core::Tenant;
-use subtle::ConstantTimeEq;
+use service_kit::{bearer, token_matches};
 
 /// The agent's credentials.
 #[derive(Debug, Clone, Default)]
@@ -33,7 +33,7 @@ impl Auth {
         let token = bearer(headers)?;
         let mut found = None;
         for (tenant, key) in &self.tenants {
-            if bool::from(key.as_slice().ct_eq(token)) {
+            if token_matches(key, token) {
                 found = Some(tenant.clone());
             }
         }
@@ -43,16 +43,10 @@ impl Auth {
     /// Whether the request carries the admin token.
     pub fn is_admin(&self, headers: &HeaderMap) -> bool {
         match (&self.admin, bearer(headers)) {
-            (Some(admin), Some(token)) => bool::from(admin.as_slice().ct_eq(token)),
+            (Some(admin), Some(token)) => token_matches(admin, token),
             _ => false,
         }
     }
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
-    let token = value.strip_prefix(b"Bearer ")?;
-    (!token.is_empty()).then_some(token)
 }
 
 /// Parses `TENANT=KEY` pairs from the command line.

@@ -21,7 +21,6 @@ pub mod owner;
 pub mod registry;
 pub mod store;
 pub mod sync;
-mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,8 +37,6 @@ use crate::keys::KnownKeys;
 use crate::owner::{Limits, OwnerDeps};
 use crate::registry::Registry;
 use crate::store::{Store, StoreError};
-
-pub use telemetry::metrics_handle;
 
 /// What an agent needs besides its store and clock.
 #[derive(Debug, Clone)]
@@ -121,7 +118,7 @@ pub async fn start(
     clock: Arc<dyn Clock>,
     settings: AgentSettings,
 ) -> Result<AppState, StoreError> {
-    let metrics = metrics_handle();
+    let metrics = service_kit::metrics_handle();
     let epoch = store.take_lease(&settings.region).await?;
     tracing::info!(region = %settings.region, epoch = epoch.0, "took the region lease");
     let fence = Arc::new(Fence::new(epoch));

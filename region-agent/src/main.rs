@@ -16,31 +16,10 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
-
-async fn shutdown_signal() {
-    let term = async {
-        match signal(SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown signal received; draining");
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    service_kit::init_tracing();
     let config = Config::parse();
     let coordinator = match &config.coordinator_url {
         None => None,
@@ -89,6 +68,6 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, "serving");
-    run(listener, state, shutdown_signal()).await?;
+    run(listener, state, service_kit::shutdown_signal()).await?;
     Ok(())
 }
