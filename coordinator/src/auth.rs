@@ -46,6 +46,11 @@ impl Auth {
         }
     }
 
+    /// Whether `region` has a token, i.e. an agent can ever sync for it.
+    pub fn knows_region(&self, region: &RegionName) -> bool {
+        self.regions.iter().any(|(name, _)| name == region)
+    }
+
     /// Whether the request may act for `region`.
     pub fn region(&self, headers: &HeaderMap, region: &RegionName) -> RegionAccess {
         let Some(token) = bearer(headers) else {

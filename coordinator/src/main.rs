@@ -8,7 +8,9 @@ use coordinator::auth::Auth;
 use coordinator::config::Config;
 use coordinator::store::{Ledger, MIGRATOR};
 use coordinator::{policy_named, run, AppState};
-use sqlx::postgres::PgPoolOptions;
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -17,10 +19,14 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let policy = policy_named(&config.policy, config.sync_interval_ms)
         .with_context(|| format!("unknown policy {}", config.policy))?;
+    // A statement that hangs must fail rather than hold SKU locks forever.
+    let options = PgConnectOptions::from_str(&config.database_url)
+        .context("parsing --database-url")?
+        .options([("statement_timeout", "10s")]);
     let pool = PgPoolOptions::new()
         .max_connections(config.db_pool_size)
         .acquire_timeout(Duration::from_secs(5))
-        .connect(&config.database_url)
+        .connect_with(options)
         .await
         .context("connecting to the database")?;
     MIGRATOR.run(&pool).await.context("applying migrations")?;

@@ -121,7 +121,8 @@ fn sku_row(row: &PgRow) -> Result<SkuRow, LedgerError> {
         sku: row.try_get("sku")?,
         total: row.try_get("total")?,
         pool: row.try_get("pool")?,
-        mode: Mode::parse(&mode).ok_or_else(|| LedgerError::Invalid("stored mode".into()))?,
+        mode: Mode::parse(&mode)
+            .ok_or_else(|| LedgerError::Database(sqlx::Error::Decode("stored mode".into())))?,
         paused: row.try_get("paused")?,
         max_per_user: row.try_get("max_per_user")?,
         hold_ttl_ms: row.try_get("hold_ttl_ms")?,

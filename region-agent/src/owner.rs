@@ -24,7 +24,7 @@ use escrow_core::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
-use crate::coordinator_client::CoordinatorLink;
+use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
 use crate::store::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange, Store, StoreError};
@@ -549,7 +549,9 @@ impl Owner {
             }
             Err(error) => {
                 tracing::warn!(%error, "take failed; answering PAUSED");
-                link.set_down(true);
+                if matches!(error, ClientError::Unreachable(_)) {
+                    link.set_down(true);
+                }
                 (0, Take::Unsure)
             }
         }
@@ -833,13 +835,6 @@ impl Owner {
         }
         if expired_units > 0 {
             metrics::counter!("escrow_expired_units_total").increment(expired_units);
-        }
-        if self.ledger.available > 0 {
-            // Units freed here (releases, expiries, unused grants) are free
-            // somewhere: this region no longer believes "sold out everywhere".
-            self.view
-                .sold_out_everywhere
-                .store(false, Ordering::Release);
         }
 
         for (a, result) in acts.into_iter().zip(act_results) {

@@ -72,9 +72,9 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
                 apply(&state, resp).await;
             }
             Err(ClientError::Refused { status: 409, body }) if body.contains("FENCED") => {
-                tracing::error!(
-                    "the coordinator knows a newer agent for this region; stopping syncs"
-                );
+                // A newer process of this region syncs with the coordinator:
+                // this one must not sell or take any more.
+                state.fence().set_fenced();
                 break;
             }
             Err(error) => {

@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use escrow_core::{Sku, Tenant};
+use escrow_core::{RegionName, Sku, Tenant};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -105,6 +105,17 @@ pub async fn put_sku(
     admin_only(&state, &headers)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
     let Json(body) = body?;
+    if let Some(unknown) = body
+        .regions
+        .iter()
+        .flat_map(|r| r.keys())
+        .find(|name| RegionName::parse(name).is_ok_and(|r| !state.auth().knows_region(&r)))
+    {
+        // Units granted to a region no agent can sync for would stay in transit forever.
+        return Err(ApiError::BadRequest(format!(
+            "region {unknown} has no --region-token here"
+        )));
+    }
     let spec = SkuSpec {
         total: units(body.total, "total")?,
         regions: body

@@ -51,7 +51,8 @@ pub fn server_url() -> String {
     base.rsplit_once('/').unwrap().0.to_owned()
 }
 
-/// A fresh database with the region agent's migrations, dropped with the value.
+/// A fresh database with the region agent's migrations. It stays after the
+/// test (for inspection) and is dropped when the same test runs again.
 pub struct AgentDb {
     pub name: String,
     pub pool: PgPool,
