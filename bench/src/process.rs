@@ -1,0 +1,188 @@
+//! Servers under test, each its own child process.
+//!
+//! The agent, the naive baseline and the ceiling run as separate processes
+//! with their own tokio runtimes, exactly as in production, so no server
+//! shares a scheduler or an allocator with the load generator. A child
+//! that is not stopped explicitly is killed when its handle drops.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hyper::Method;
+use tokio::process::{Child, Command};
+
+use crate::client::{self, Bearer};
+
+/// Longest a server may take from spawn to ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a server may take to drain after SIGTERM before it is killed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A loopback address with a port free right now.
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?)
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerProcess {
+    /// What it is, for messages.
+    pub name: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl ServerProcess {
+    /// Spawns `program args` (its logs go to our stderr, at `warn` unless
+    /// RUST_LOG says otherwise) and waits until `GET /readyz` answers 200.
+    pub async fn start(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        addr: SocketAddr,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(std::io::stderr()))
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        let mut server = Self {
+            name: name.to_owned(),
+            addr,
+            child,
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let probe = Bearer::new("probe")?;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("{} exited before it was ready: {status}", self.name);
+            }
+            if let Ok((status, _)) =
+                client::once(self.addr, Method::GET, "/readyz", &probe, None).await
+            {
+                if status.is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{} was not ready within {READY_TIMEOUT:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGTERM (a graceful drain), then SIGKILL if it takes too long.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(pid) = self.child.id() {
+            // `kill` is POSIX; this crate forbids the unsafe a direct libc call needs.
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                if !status.success() {
+                    tracing::warn!(name = %self.name, %status, "server exited unsuccessfully");
+                }
+            }
+            Err(_) => {
+                tracing::warn!(name = %self.name, "server did not drain in time; killing it");
+                self.child.kill().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the benchmark finds its server binaries.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `region-agent`.
+    pub agent: PathBuf,
+    /// `bench-server`.
+    pub server: PathBuf,
+}
+
+impl Binaries {
+    /// The binaries next to the running `bench` executable (the same
+    /// target directory and profile), or in `dir` if given.
+    pub fn locate(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let dir = match dir {
+            Some(dir) => dir.to_owned(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("the executable has a directory")?
+                .to_owned(),
+        };
+        Ok(Self {
+            agent: dir.join("region-agent"),
+            server: dir.join("bench-server"),
+        })
+    }
+
+    /// Builds both with cargo in the profile this binary was built with
+    /// (a no-op when they are up to date), so `cargo run -p bench` alone
+    /// never benchmarks a stale agent.
+    pub async fn build() -> anyhow::Result<()> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("bench/ sits in the workspace")?;
+        let mut command = Command::new(cargo);
+        command.current_dir(workspace).args([
+            "build",
+            "-p",
+            "region-agent",
+            "-p",
+            "bench",
+            "--bins",
+        ]);
+        if !cfg!(debug_assertions) {
+            command.arg("--release");
+        }
+        let status = command
+            .stdout(Stdio::from(std::io::stderr()))
+            .status()
+            .await
+            .context("running cargo build")?;
+        anyhow::ensure!(status.success(), "cargo build failed: {status}");
+        Ok(())
+    }
+
+    /// Fails unless both binaries exist.
+    pub fn check(&self) -> anyhow::Result<()> {
+        for path in [&self.agent, &self.server] {
+            anyhow::ensure!(
+                path.is_file(),
+                "{} not found; build with `cargo build --release -p region-agent -p bench`",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,414 @@
+//! The tables the `bench` command prints: Markdown, so a run's output can
+//! be pasted into `docs/performance.md` as it is.
+
+use std::fmt::Write as _;
+
+use crate::database::ServerFacts;
+use crate::interference::FOREIGN_SHARE_MAX;
+use crate::load::LoadReport;
+use crate::outcome::{Outcome, Tally};
+use crate::scenario::{
+    Comparison, Settings, SweepPoint, REJECTIONS, SALES, SETTLES, SOLD_OUT_STOCK,
+};
+
+/// The targets.
+pub mod targets {
+    /// Agent hot-SKU holds/s over naive holds/s, at least.
+    pub const AGENT_OVER_NAIVE_MIN: f64 = 10.0;
+    /// Agent hot-SKU holds/s over the HTTP ceiling, at least.
+    pub const AGENT_OVER_CEILING_MIN: f64 = 0.5;
+    /// Agent sold-out rejections/s over the HTTP ceiling, at least.
+    pub const SOLD_OUT_OVER_CEILING_MIN: f64 = 0.8;
+    /// Agent hot-SKU p99 latency below this, milliseconds.
+    pub const P99_MS_MAX: f64 = 20.0;
+}
+
+/// The machine a run was on.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// Cores the process may use.
+    pub cores: usize,
+    /// `model name` from /proc/cpuinfo.
+    pub cpu: String,
+    /// The PostgreSQL server.
+    pub postgres: ServerFacts,
+}
+
+impl Machine {
+    /// Reads the local machine's description.
+    pub fn detect(postgres: ServerFacts) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, model)| model.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        Self {
+            cores,
+            cpu,
+            postgres,
+        }
+    }
+}
+
+/// `12345.6` as `12,346`.
+pub fn thousands(value: f64) -> String {
+    let n = value.round() as u64;
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ms(report: &LoadReport, quantile: f64, actions: bool) -> String {
+    let h = if actions {
+        &report.action_latency
+    } else {
+        &report.reserve_latency
+    };
+    if h.is_empty() {
+        return "-".into();
+    }
+    format!("{:.2}", h.value_at_quantile(quantile) as f64 / 1000.0)
+}
+
+/// Which calls of a run a table row shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Every call.
+    All,
+    /// Reserve calls only (latency and outcomes).
+    Reserves,
+    /// Confirm and release calls only.
+    Actions,
+}
+
+fn is_action(outcome: Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Confirmed | Outcome::Released | Outcome::Refused | Outcome::NotFound
+    )
+}
+
+fn row(out: &mut String, label: &str, report: &LoadReport, rate: f64, unit: &str, part: Part) {
+    let actions = part == Part::Actions;
+    let mut shown = Tally::default();
+    for o in Outcome::ALL {
+        if part == Part::All || is_action(o) == actions {
+            shown[o] = report.window[o];
+        }
+    }
+    let _ = writeln!(
+        out,
+        "| {label} | {} | {} {unit} | {} | {} | {} | {} | {shown} | {} |",
+        report.clients,
+        thousands(rate),
+        ms(report, 0.5, actions),
+        ms(report, 0.99, actions),
+        ms(report, 0.999, actions),
+        group_commit(report),
+        others(report),
+    );
+}
+
+/// `mean batch / mean commit ms` of an agent run, `-` for the baselines.
+fn group_commit(report: &LoadReport) -> String {
+    match report.commits {
+        Some(c) if c.commits > 0.0 => {
+            format!("{:.0} / {:.2}", c.mean_batch(), c.mean_commit_ms())
+        }
+        _ => "-".into(),
+    }
+}
+
+/// Other processes' share of the machine during a run; `!` marks a busy one.
+fn others(report: &LoadReport) -> String {
+    match report.others_share {
+        Some(share) if share > FOREIGN_SHARE_MAX => format!("{:.0}% !", 100.0 * share),
+        Some(share) => format!("{:.0}%", 100.0 * share),
+        None => "-".into(),
+    }
+}
+
+const TABLE_HEAD: &str = "| run | clients | rate | p50 ms | p99 ms | p99.9 ms | batch / commit ms | outcomes in window | others' CPU |\n|---|---:|---:|---:|---:|---:|---:|---|---:|\n";
+
+/// The header lines: machine, durability, flags.
+pub fn header(machine: &Machine, settings: &Settings) -> String {
+    let mut out = String::new();
+    let pg = &machine.postgres;
+    let _ = writeln!(
+        out,
+        "Machine: {} cores ({}), {}; load generator on the same machine.",
+        machine.cores, machine.cpu, pg.version
+    );
+    let durable = if pg.is_durable() {
+        "every 201 was flushed to the WAL on disk before it was sent (durable)"
+    } else {
+        "WARNING: NOT durable; numbers are not comparable"
+    };
+    let _ = writeln!(
+        out,
+        "PostgreSQL synchronous_commit={}, fsync={}: {durable}.",
+        pg.synchronous_commit, pg.fsync
+    );
+    let _ = writeln!(
+        out,
+        "Agent flags: {}; naive pool {} connections; {} clients, {:.1} s windows after {:.1} s warm-up.",
+        settings.agent.args().join(" "),
+        settings.naive_pool_size,
+        settings.clients,
+        settings.measure.as_secs_f64(),
+        settings.warmup.as_secs_f64(),
+    );
+    out
+}
+
+/// The side-by-side table, the ratios against the targets, and the checks.
+pub fn comparison(c: &Comparison) -> String {
+    let mut out = String::new();
+    out.push_str(TABLE_HEAD);
+    let ceiling = c.ceiling.rate(&SALES);
+    let naive = c.naive.rate(&SALES);
+    let hot = c.agent_hot.rate(&SALES);
+    let sold_out = c.agent_sold_out.rate(&REJECTIONS);
+    let rows: [(&str, &LoadReport, f64, &str, Part); 7] = [
+        (
+            "HTTP ceiling: parse, answer 201, no storage",
+            &c.ceiling,
+            ceiling,
+            "201/s",
+            Part::All,
+        ),
+        (
+            "naive: one transaction per sale",
+            &c.naive,
+            naive,
+            "holds/s",
+            Part::All,
+        ),
+        ("agent: hot SKU", &c.agent_hot, hot, "holds/s", Part::All),
+        (
+            "agent: sold-out path",
+            &c.agent_sold_out,
+            sold_out,
+            "rejections/s",
+            Part::All,
+        ),
+        (
+            "agent: 100 SKUs, uniform",
+            &c.agent_multi,
+            c.agent_multi.rate(&SALES),
+            "holds/s",
+            Part::All,
+        ),
+        (
+            "agent: mix, reserve calls",
+            &c.agent_mix,
+            c.agent_mix.rate(&SALES),
+            "holds/s",
+            Part::Reserves,
+        ),
+        (
+            "agent: mix, confirm/release calls",
+            &c.agent_mix,
+            c.agent_mix.rate(&SETTLES),
+            "settled/s",
+            Part::Actions,
+        ),
+    ];
+    for (label, report, rate, unit, part) in rows {
+        row(&mut out, label, report, rate, unit, part);
+    }
+
+    out.push('\n');
+    out.push_str("| ratio | measured | target | met |\n|---|---:|---:|---|\n");
+    let p99 = c.agent_hot.reserve_ms(0.99);
+    let checks = [
+        (
+            "agent hot SKU / naive",
+            format!("{:.1}x", hot / naive.max(1e-9)),
+            format!(">= {:.0}x", targets::AGENT_OVER_NAIVE_MIN),
+            hot >= targets::AGENT_OVER_NAIVE_MIN * naive,
+        ),
+        (
+            "agent hot SKU / HTTP ceiling",
+            format!("{:.0}%", 100.0 * hot / ceiling.max(1e-9)),
+            format!(">= {:.0}%", 100.0 * targets::AGENT_OVER_CEILING_MIN),
+            hot >= targets::AGENT_OVER_CEILING_MIN * ceiling,
+        ),
+        (
+            "agent sold-out / HTTP ceiling",
+            format!("{:.0}%", 100.0 * sold_out / ceiling.max(1e-9)),
+            format!(">= {:.0}%", 100.0 * targets::SOLD_OUT_OVER_CEILING_MIN),
+            sold_out >= targets::SOLD_OUT_OVER_CEILING_MIN * ceiling,
+        ),
+        (
+            "agent hot SKU p99 latency",
+            format!("{p99:.2} ms"),
+            format!("< {:.0} ms", targets::P99_MS_MAX),
+            p99 < targets::P99_MS_MAX,
+        ),
+    ];
+    for (name, measured, target, met) in checks {
+        let met = if met { "yes" } else { "NO" };
+        let _ = writeln!(out, "| {name} | {measured} | {target} | {met} |");
+    }
+
+    out.push('\n');
+    for line in correctness(c) {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// Count checks on the comparison: they must all say "ok".
+pub fn correctness(c: &Comparison) -> Vec<String> {
+    let mut lines = Vec::new();
+    let held = c.agent_sold_out.total[Outcome::Held];
+    lines.push(format!(
+        "- {}: the sold-out SKU had {SOLD_OUT_STOCK} units and the agent answered HELD {held} times ({} SOLD_OUT).",
+        if held == SOLD_OUT_STOCK { "ok" } else { "WRONG" },
+        c.agent_sold_out.total[Outcome::SoldOut],
+    ));
+    lines.push(format!(
+        "- {}: agent audit after all phases, drift_total = {}.",
+        if c.drift_total == 0 { "ok" } else { "WRONG" },
+        c.drift_total
+    ));
+    let phases = [
+        ("ceiling", &c.ceiling),
+        ("naive", &c.naive),
+        ("agent hot", &c.agent_hot),
+        ("agent sold-out", &c.agent_sold_out),
+        ("agent 100 SKUs", &c.agent_multi),
+        ("agent mix", &c.agent_mix),
+    ];
+    let failed: Vec<String> = phases
+        .iter()
+        .filter(|(_, r)| r.total.failures() > 0)
+        .map(|(name, r)| format!("{name}: {} ({})", r.total.failures(), r.total))
+        .collect();
+    if failed.is_empty() {
+        lines.push("- ok: every request got a decision (no 5xx, 503, or transport error).".into());
+    } else {
+        lines.push(format!(
+            "- note: requests without a decision: {}.",
+            failed.join("; ")
+        ));
+    }
+    let busy: Vec<String> = phases
+        .iter()
+        .filter_map(|(name, r)| {
+            r.others_share
+                .filter(|s| *s > FOREIGN_SHARE_MAX)
+                .map(|s| format!("{name} ({:.0}%)", 100.0 * s))
+        })
+        .collect();
+    if busy.is_empty() {
+        lines.push(
+            "- ok: no other process used more than 5% of the machine during any phase.".into(),
+        );
+    } else {
+        lines.push(format!(
+            "- SUSPECT: other processes competed for the CPU during: {}; rerun on a quiet machine.",
+            busy.join(", ")
+        ));
+    }
+    let hot_sold_out = c.agent_hot.total[Outcome::SoldOut];
+    if hot_sold_out > 0 {
+        lines.push(format!(
+            "- WRONG: the hot SKU sold out ({hot_sold_out} SOLD_OUT); raise HOT_STOCK."
+        ));
+    }
+    lines
+}
+
+/// One hot-SKU run as a table row with its header.
+pub fn single(label: &str, report: &LoadReport) -> String {
+    let mut out = String::new();
+    out.push_str(TABLE_HEAD);
+    row(
+        &mut out,
+        label,
+        report,
+        report.rate(&SALES),
+        "holds/s",
+        Part::All,
+    );
+    out
+}
+
+/// The batch-bound sweep as a table.
+pub fn sweep_batch(points: &[SweepPoint]) -> String {
+    let mut out = String::new();
+    out.push_str("| agent --max-in-flight | clients | holds/s | p50 ms | p99 ms | batch / commit ms | not decided | others' CPU |\n");
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            p.value,
+            p.agent.clients,
+            thousands(p.agent.rate(&SALES)),
+            ms(&p.agent, 0.5, false),
+            ms(&p.agent, 0.99, false),
+            group_commit(&p.agent),
+            p.agent.window.failures(),
+            others(&p.agent),
+        );
+    }
+    out
+}
+
+/// The client-count sweep as a table, agent beside naive.
+pub fn sweep_clients(points: &[SweepPoint]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| clients | agent holds/s | agent p50 ms | agent p99 ms | batch / commit ms | naive holds/s | naive p99 ms | agent / naive | others' CPU |\n",
+    );
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for p in points {
+        let agent = p.agent.rate(&SALES);
+        let (naive_rate, naive_p99) = match &p.naive {
+            Some(n) => (n.rate(&SALES), ms(n, 0.99, false)),
+            None => (0.0, "-".into()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1}x | {} |",
+            p.value,
+            thousands(agent),
+            ms(&p.agent, 0.5, false),
+            ms(&p.agent, 0.99, false),
+            group_commit(&p.agent),
+            thousands(naive_rate),
+            naive_p99,
+            agent / naive_rate.max(1e-9),
+            others(&p.agent),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: rates print with thousands separators, rounded.
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0.4), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1234.5), "1,235");
+        assert_eq!(thousands(12_345_678.0), "12,345,678");
+    }
+}

@@ -1,0 +1,455 @@
+//! The runs the `bench` command performs, each against fresh servers.
+//!
+//! [`compare`] is the side-by-side table: the HTTP ceiling, the naive
+//! baseline and the agent (hot SKU, sold-out path, 100 SKUs, confirm and
+//! release mix), each a separate process on loopback, the two storing
+//! servers on their own scratch databases of the same PostgreSQL.
+//! [`sweep_batch`] and [`sweep_clients`] show how the agent's throughput
+//! moves with its batch bound (`--max-in-flight`) and with the number of
+//! concurrent buyers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper::{Method, StatusCode};
+use serde_json::json;
+
+use crate::client::{self, Bearer};
+use crate::database::ScratchDb;
+use crate::interference::Watch;
+use crate::load::{self, LoadReport, LoadSpec, Workload};
+use crate::metrics::CommitCounters;
+use crate::outcome::Outcome;
+use crate::process::{free_addr, Binaries, ServerProcess};
+use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
+
+/// Units of the hot SKU: far more than any run on this machine sells, so
+/// the hot phase measures selling, never selling out.
+pub const HOT_STOCK: u64 = 100_000_000;
+/// Units of the SKU the sold-out phase sells out during its warm-up.
+pub const SOLD_OUT_STOCK: u64 = 1_000;
+/// SKUs in the multi-SKU phase.
+pub const MULTI_SKUS: usize = 100;
+/// Units of each SKU in the multi-SKU phase.
+pub const MULTI_STOCK: u64 = 10_000_000;
+
+/// The region agent's flags that shape its hot path.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentFlags {
+    /// `--max-in-flight`: most requests one SKU owner commits per transaction.
+    pub max_in_flight: u32,
+    /// `--db-pool-size`.
+    pub db_pool_size: u32,
+    /// `--max-waiting`: most requests queued per SKU owner.
+    pub max_waiting: u32,
+}
+
+impl AgentFlags {
+    /// The flags as the agent's command line.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--max-in-flight".into(),
+            self.max_in_flight.to_string(),
+            "--db-pool-size".into(),
+            self.db_pool_size.to_string(),
+            "--max-waiting".into(),
+            self.max_waiting.to_string(),
+        ]
+    }
+}
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A superuser URL of the PostgreSQL to use (scratch databases are made there).
+    pub database_url: String,
+    /// Concurrent buyers.
+    pub clients: usize,
+    /// Warm-up before each measurement window.
+    pub warmup: Duration,
+    /// Each measurement window of the comparison.
+    pub measure: Duration,
+    /// Each measurement window of the sweeps.
+    pub sweep_measure: Duration,
+    /// The agent's flags.
+    pub agent: AgentFlags,
+    /// The naive server's connection pool.
+    pub naive_pool_size: u32,
+    /// Where the server binaries are.
+    pub binaries: Binaries,
+}
+
+/// A server under test and its scratch database.
+struct Target {
+    process: ServerProcess,
+    db: Option<ScratchDb>,
+}
+
+impl Target {
+    fn addr(&self) -> SocketAddr {
+        self.process.addr
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.process.stop().await?;
+        if let Some(db) = self.db {
+            db.drop().await?;
+        }
+        Ok(())
+    }
+}
+
+fn db_name(kind: &str, tag: &str) -> String {
+    format!("bench_{kind}_{}_{tag}", std::process::id())
+}
+
+async fn start_agent(settings: &Settings, flags: AgentFlags, tag: &str) -> anyhow::Result<Target> {
+    let db = ScratchDb::create(&settings.database_url, &db_name("agent", tag)).await?;
+    let addr = free_addr()?;
+    let mut args: Vec<String> = [
+        "--region",
+        "eu",
+        "--listen",
+        &addr.to_string(),
+        "--database-url",
+        &db.url,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--tenant-key",
+        &format!("{TENANT}={TENANT_KEY}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(flags.args());
+    let name = format!("region-agent ({tag})");
+    let process = ServerProcess::start(&name, &settings.binaries.agent, &args, addr).await?;
+    Ok(Target {
+        process,
+        db: Some(db),
+    })
+}
+
+async fn start_naive(settings: &Settings, tag: &str) -> anyhow::Result<Target> {
+    let db = ScratchDb::create(&settings.database_url, &db_name("naive", tag)).await?;
+    let addr = free_addr()?;
+    let args = vec![
+        "--mode".into(),
+        "naive".into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--database-url".into(),
+        db.url.clone(),
+        "--db-pool-size".into(),
+        settings.naive_pool_size.to_string(),
+    ];
+    let process = ServerProcess::start("naive", &settings.binaries.server, &args, addr).await?;
+    Ok(Target {
+        process,
+        db: Some(db),
+    })
+}
+
+async fn start_ceiling(settings: &Settings) -> anyhow::Result<Target> {
+    let addr = free_addr()?;
+    let args = vec![
+        "--mode".into(),
+        "ceiling".into(),
+        "--listen".into(),
+        addr.to_string(),
+    ];
+    let process = ServerProcess::start("ceiling", &settings.binaries.server, &args, addr).await?;
+    Ok(Target { process, db: None })
+}
+
+/// Creates (or resets) a SKU through the admin API.
+pub async fn put_sku(addr: SocketAddr, sku: &str, total: u64) -> anyhow::Result<()> {
+    let admin = Bearer::new(ADMIN_TOKEN)?;
+    let path = format!("/v1/admin/skus/{TENANT}/{sku}");
+    let (status, body) = client::once(
+        addr,
+        Method::PUT,
+        &path,
+        &admin,
+        Some(json!({"total": total})),
+    )
+    .await?;
+    anyhow::ensure!(status.is_success(), "PUT {path} answered {status}: {body}");
+    Ok(())
+}
+
+/// The agent's audit: the sum of |drift| over every SKU (must be 0).
+pub async fn audit_drift(addr: SocketAddr) -> anyhow::Result<i64> {
+    let admin = Bearer::new(ADMIN_TOKEN)?;
+    let (status, body) = client::once(addr, Method::GET, "/v1/admin/audit", &admin, None).await?;
+    anyhow::ensure!(status == StatusCode::OK, "audit answered {status}: {body}");
+    body["drift_total"]
+        .as_i64()
+        .context("audit body has drift_total")
+}
+
+fn spec(
+    settings: &Settings,
+    addr: SocketAddr,
+    clients: usize,
+    measure: Duration,
+    workload: Workload,
+    run_id: &str,
+) -> LoadSpec {
+    LoadSpec {
+        addr,
+        token: TENANT_KEY.into(),
+        clients,
+        warmup: settings.warmup,
+        measure,
+        loops_per_client: None,
+        workload,
+        run_id: run_id.into(),
+    }
+}
+
+/// Runs `spec`, noting how much of the machine other processes used meanwhile.
+async fn watched_load(spec: LoadSpec) -> anyhow::Result<LoadReport> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let watch = Watch::start();
+    let report = load::run(spec).await;
+    let others = watch.stop();
+    let mut report = report?;
+    report.others_share = Some(others.foreign_share(cores));
+    Ok(report)
+}
+
+/// Runs `spec` against an agent, with its commit counters over the run.
+async fn agent_load(spec: LoadSpec) -> anyhow::Result<LoadReport> {
+    let addr = spec.addr;
+    let before = CommitCounters::read(addr).await?;
+    let mut report = watched_load(spec).await?;
+    let after = CommitCounters::read(addr).await?;
+    report.commits = Some(after.since(&before));
+    Ok(report)
+}
+
+fn hot(sku: &str) -> Workload {
+    Workload::Reserve {
+        skus: vec![sku.to_owned()],
+    }
+}
+
+/// The side-by-side comparison.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// The HTTP ceiling's 201s.
+    pub ceiling: LoadReport,
+    /// The naive server's holds on one hot SKU.
+    pub naive: LoadReport,
+    /// The agent's holds on one hot SKU.
+    pub agent_hot: LoadReport,
+    /// The agent's answers on a sold-out SKU.
+    pub agent_sold_out: LoadReport,
+    /// The agent's holds over 100 SKUs.
+    pub agent_multi: LoadReport,
+    /// The agent's reserve-then-confirm-or-release loop.
+    pub agent_mix: LoadReport,
+    /// The agent's audit after all phases.
+    pub drift_total: i64,
+}
+
+/// Runs the comparison: ceiling, naive, then the agent's phases (sold
+/// out, hot SKU, 100 SKUs, mix) on one agent process.
+pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
+    let clients = settings.clients;
+    let measure = settings.measure;
+
+    eprintln!("bench: HTTP ceiling ...");
+    let ceiling = start_ceiling(settings).await?;
+    put_sku(ceiling.addr(), "hot", HOT_STOCK).await?;
+    let ceiling_report = watched_load(spec(
+        settings,
+        ceiling.addr(),
+        clients,
+        measure,
+        hot("hot"),
+        "c",
+    ))
+    .await?;
+    ceiling.stop().await?;
+
+    eprintln!("bench: naive baseline ...");
+    let naive = start_naive(settings, "cmp").await?;
+    put_sku(naive.addr(), "hot", HOT_STOCK).await?;
+    let naive_report = watched_load(spec(
+        settings,
+        naive.addr(),
+        clients,
+        measure,
+        hot("hot"),
+        "n",
+    ))
+    .await?;
+    naive.stop().await?;
+
+    eprintln!("bench: region agent ...");
+    let agent = start_agent(settings, settings.agent, "cmp").await?;
+    let addr = agent.addr();
+    put_sku(addr, "hot", HOT_STOCK).await?;
+    put_sku(addr, "gone", SOLD_OUT_STOCK).await?;
+    put_sku(addr, "mix", HOT_STOCK).await?;
+    let multi: Vec<String> = (0..MULTI_SKUS).map(|i| format!("m{i:03}")).collect();
+    for sku in &multi {
+        put_sku(addr, sku, MULTI_STOCK).await?;
+    }
+    // Sold out first: no earlier phase's rows for autovacuum to chew on meanwhile.
+    eprintln!("bench: agent, sold out ...");
+    let agent_sold_out =
+        agent_load(spec(settings, addr, clients, measure, hot("gone"), "s")).await?;
+    eprintln!("bench: agent, hot SKU ...");
+    let agent_hot = agent_load(spec(settings, addr, clients, measure, hot("hot"), "h")).await?;
+    eprintln!("bench: agent, {MULTI_SKUS} SKUs ...");
+    let agent_multi = agent_load(spec(
+        settings,
+        addr,
+        clients,
+        measure,
+        Workload::Reserve { skus: multi },
+        "m",
+    ))
+    .await?;
+    eprintln!("bench: agent, confirm/release mix ...");
+    let agent_mix = agent_load(spec(
+        settings,
+        addr,
+        clients,
+        measure,
+        Workload::Settle { sku: "mix".into() },
+        "x",
+    ))
+    .await?;
+    let drift_total = audit_drift(addr).await?;
+    agent.stop().await?;
+
+    Ok(Comparison {
+        ceiling: ceiling_report,
+        naive: naive_report,
+        agent_hot,
+        agent_sold_out,
+        agent_multi,
+        agent_mix,
+        drift_total,
+    })
+}
+
+/// The agent alone on one hot SKU: the phase to profile.
+pub async fn hot_only(settings: &Settings) -> anyhow::Result<LoadReport> {
+    let agent = start_agent(settings, settings.agent, "hot").await?;
+    put_sku(agent.addr(), "hot", HOT_STOCK).await?;
+    eprintln!(
+        "bench: agent pid {}, hot SKU ...",
+        agent.process.pid().unwrap_or(0)
+    );
+    let report = agent_load(spec(
+        settings,
+        agent.addr(),
+        settings.clients,
+        settings.measure,
+        hot("hot"),
+        "h",
+    ))
+    .await?;
+    agent.stop().await?;
+    Ok(report)
+}
+
+/// One point of a sweep.
+#[derive(Debug, Clone)]
+pub struct SweepPoint {
+    /// The swept value (batch bound or clients).
+    pub value: u64,
+    /// The agent on one hot SKU.
+    pub agent: LoadReport,
+    /// The naive server on one hot SKU, where the sweep runs it.
+    pub naive: Option<LoadReport>,
+}
+
+/// Batch bounds the batch sweep tries.
+pub const SWEEP_MAX_IN_FLIGHT: [u32; 5] = [1, 4, 16, 64, 256];
+/// Client counts the client sweep tries.
+pub const SWEEP_CLIENTS: [usize; 5] = [1, 16, 64, 256, 1024];
+
+/// Agent hot-SKU throughput for each `--max-in-flight` in [`SWEEP_MAX_IN_FLIGHT`].
+pub async fn sweep_batch(settings: &Settings) -> anyhow::Result<Vec<SweepPoint>> {
+    let mut points = Vec::new();
+    for max_in_flight in SWEEP_MAX_IN_FLIGHT {
+        eprintln!("bench: sweep, --max-in-flight {max_in_flight} ...");
+        let flags = AgentFlags {
+            max_in_flight,
+            ..settings.agent
+        };
+        let agent = start_agent(settings, flags, &format!("b{max_in_flight}")).await?;
+        put_sku(agent.addr(), "hot", HOT_STOCK).await?;
+        let report = agent_load(spec(
+            settings,
+            agent.addr(),
+            settings.clients,
+            settings.sweep_measure,
+            hot("hot"),
+            "b",
+        ))
+        .await?;
+        agent.stop().await?;
+        points.push(SweepPoint {
+            value: u64::from(max_in_flight),
+            agent: report,
+            naive: None,
+        });
+    }
+    Ok(points)
+}
+
+/// Agent and naive hot-SKU throughput for each client count in [`SWEEP_CLIENTS`].
+pub async fn sweep_clients(settings: &Settings) -> anyhow::Result<Vec<SweepPoint>> {
+    let agent = start_agent(settings, settings.agent, "clients").await?;
+    let naive = start_naive(settings, "clients").await?;
+    let mut points = Vec::new();
+    for clients in SWEEP_CLIENTS {
+        eprintln!("bench: sweep, {clients} clients ...");
+        // A fresh SKU per point, so every point starts from an idle owner.
+        let sku = format!("hot{clients}");
+        put_sku(agent.addr(), &sku, HOT_STOCK).await?;
+        put_sku(naive.addr(), &sku, HOT_STOCK).await?;
+        let run_id = format!("k{clients}");
+        let agent_report = agent_load(spec(
+            settings,
+            agent.addr(),
+            clients,
+            settings.sweep_measure,
+            hot(&sku),
+            &run_id,
+        ))
+        .await?;
+        let naive_report = watched_load(spec(
+            settings,
+            naive.addr(),
+            clients,
+            settings.sweep_measure,
+            hot(&sku),
+            &run_id,
+        ))
+        .await?;
+        points.push(SweepPoint {
+            value: clients as u64,
+            agent: agent_report,
+            naive: Some(naive_report),
+        });
+    }
+    agent.stop().await?;
+    naive.stop().await?;
+    Ok(points)
+}
+
+/// Outcomes that count as a sale in a hot or multi-SKU phase.
+pub const SALES: [Outcome; 1] = [Outcome::Held];
+/// Outcomes that count as a rejection in the sold-out phase.
+pub const REJECTIONS: [Outcome; 1] = [Outcome::SoldOut];
+/// Outcomes that count as a settled hold in the mix.
+pub const SETTLES: [Outcome; 2] = [Outcome::Confirmed, Outcome::Released];
