@@ -780,7 +780,9 @@ impl Owner {
             }
         }
 
-        batch.sweep = self.ledger.held > 0 && (now_ms >= self.next_sweep_ms || !acts.is_empty());
+        // Actions decide expiry themselves (an expired hold's verdict expires it),
+        // so the sweep only runs on its own schedule.
+        batch.sweep = self.ledger.held > 0 && now_ms >= self.next_sweep_ms;
         if batch.sweep {
             self.next_sweep_ms = now_ms + SWEEP_INTERVAL_MS;
         }

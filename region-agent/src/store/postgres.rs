@@ -7,6 +7,8 @@
 //! `status = 'HELD'` and the expiry, and the counter update checked by the
 //! table's CHECK constraints. A batch is one transaction: all of it or none.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use escrow_core::protocol::TransferMsg;
@@ -257,12 +259,12 @@ async fn insert_holds(
     .fetch_all(&mut **tx)
     .await?;
     let mut inserted = vec![false; batch.holds.len()];
+    let index_of: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     for row in &rows {
         let key: String = row.try_get("request_key")?;
         let qty: i32 = row.try_get("qty")?;
-        let index = keys
-            .iter()
-            .position(|k| *k == key)
+        let index = *index_of
+            .get(key.as_str())
             .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
         inserted[index] = true;
         deltas.available -= i64::from(qty);
