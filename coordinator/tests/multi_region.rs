@@ -216,6 +216,14 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
         },
     )
     .await;
+    // Central mode: the regions give their free quota back to the pool
+    // once it has sat unused for the grace period.
+    eventually(
+        "all free units are in the pool",
+        Duration::from_secs(20),
+        async || c.admin.sku("tail").await["pool"] == 10,
+    )
+    .await;
     let eu = c.agents[0].buyer();
     let us = c.agents[1].buyer();
     for i in 0..10 {
@@ -406,19 +414,26 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
     let coord = Coord::start(&pool, Some(addr)).await;
     let (status, body, _, _) = eu.reserve_until_final("tiny-1", "t1", "tiny").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let audit = admin.settled_audit(Duration::from_secs(20)).await;
-    let held: HashMap<String, i64> = audit["skus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["sku"].as_str().unwrap().to_owned(),
-                s["regions"]["eu"]["held"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!((held["big"], held["tiny"]), (5, 1));
+    eventually(
+        "eu reports both SKUs' holds",
+        Duration::from_secs(20),
+        async || {
+            let audit = admin.settled_audit(Duration::from_secs(20)).await;
+            let held: HashMap<String, i64> = audit["skus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    (
+                        s["sku"].as_str().unwrap().to_owned(),
+                        s["regions"]["eu"]["held"].as_i64().unwrap(),
+                    )
+                })
+                .collect();
+            (held["big"], held["tiny"]) == (5, 1)
+        },
+    )
+    .await;
     for agent in agents {
         agent.stop().await;
     }

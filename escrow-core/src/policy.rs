@@ -462,24 +462,30 @@ pub fn decide_take(sku: &SkuState, asking: usize, units: u64) -> TakeDecision {
     }
 }
 
+/// How long a central-mode region keeps freed units for its own buyers
+/// before it gives them back to the pool.
+pub const CENTRAL_RETURN_GRACE_MS: u64 = 1_000;
+
 /// Units a region gives back to the pool after a batch, given `free`
 /// units left after the batch's holds.
 ///
 /// In escrow mode: what the coordinator recalled (`return_until` is
 /// cumulative, so a repeated directive never returns twice). In central
-/// mode: every free unit, except while the region's own buyers are asking
-/// (`local_demand`): then freed units (releases, expiries) sell where they
-/// are instead of travelling to the pool and back while every region's
-/// cached sold-out flag still says no.
+/// mode: every free unit, but only once units have been free here for
+/// [`CENTRAL_RETURN_GRACE_MS`] (`free_for_ms`) and the region's own buyers
+/// are not asking (`local_demand`): freed units (releases, expiries) first
+/// sell where they are, as in escrow mode, instead of travelling to the pool
+/// and back while every region's cached sold-out flag still says no.
 pub fn units_to_return(
     mode: Mode,
     free: u64,
     return_until: Option<u64>,
     returned: u64,
     local_demand: bool,
+    free_for_ms: u64,
 ) -> u64 {
     let wanted = match mode {
-        Mode::Central if local_demand => 0,
+        Mode::Central if local_demand || free_for_ms < CENTRAL_RETURN_GRACE_MS => 0,
         Mode::Central => free,
         Mode::Escrow => return_until.map_or(0, |until| until.saturating_sub(returned)),
     };
@@ -613,12 +619,20 @@ mod tests {
     /// central mode unless its own buyers are asking; never more than free.
     #[test]
     fn returns_follow_mode_and_demand() {
-        assert_eq!(units_to_return(Mode::Escrow, 10, None, 0, false), 0);
-        assert_eq!(units_to_return(Mode::Escrow, 10, Some(7), 3, false), 4);
-        assert_eq!(units_to_return(Mode::Escrow, 2, Some(7), 3, true), 2);
-        assert_eq!(units_to_return(Mode::Escrow, 10, Some(2), 3, false), 0);
-        assert_eq!(units_to_return(Mode::Central, 5, None, 0, false), 5);
-        assert_eq!(units_to_return(Mode::Central, 5, Some(100), 0, true), 0);
+        let later = CENTRAL_RETURN_GRACE_MS;
+        assert_eq!(units_to_return(Mode::Escrow, 10, None, 0, false, 0), 0);
+        assert_eq!(units_to_return(Mode::Escrow, 10, Some(7), 3, false, 0), 4);
+        assert_eq!(units_to_return(Mode::Escrow, 2, Some(7), 3, true, 0), 2);
+        assert_eq!(units_to_return(Mode::Escrow, 10, Some(2), 3, false, 0), 0);
+        assert_eq!(units_to_return(Mode::Central, 5, None, 0, false, later), 5);
+        assert_eq!(
+            units_to_return(Mode::Central, 5, None, 0, false, later - 1),
+            0
+        );
+        assert_eq!(
+            units_to_return(Mode::Central, 5, Some(100), 0, true, later),
+            0
+        );
     }
 
     fn policies() -> Vec<Box<dyn Policy>> {

@@ -326,6 +326,9 @@ struct Owner {
     /// Directive changes to persist with the next batch.
     pending_changes: Vec<StockChange>,
     rate: RateMeter,
+    /// Since when this region has had free units (central mode keeps them
+    /// for its own buyers for a while).
+    free_since_ms: Option<u64>,
 }
 
 /// Starts the owner of a loaded SKU and returns its handle.
@@ -339,6 +342,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
         pending_grants: Vec::new(),
         pending_changes: Vec::new(),
         rate: RateMeter::new(now_ms, 2_000),
+        free_since_ms: None,
         deps,
         view: view.clone(),
         queue: rx,
@@ -763,12 +767,16 @@ impl Owner {
         if self.deps.link.is_some() {
             let free = (self.ledger.available + granted).saturating_sub(plan.units);
             let local_demand = !quantities.is_empty();
+            let free_for_ms = self
+                .free_since_ms
+                .map_or(0, |since| now_ms.saturating_sub(since));
             let units = units_to_return(
                 self.mode,
                 free,
                 self.return_until,
                 self.ledger.returned,
                 local_demand,
+                free_for_ms,
             );
             if units > 0 {
                 batch.returns.push(TransferMsg {
@@ -838,6 +846,11 @@ impl Owner {
         if expired_units > 0 {
             metrics::counter!("escrow_expired_units_total").increment(expired_units);
         }
+        self.free_since_ms = match (self.ledger.available, self.free_since_ms) {
+            (0, _) => None,
+            (_, Some(since)) => Some(since),
+            (_, None) => Some(now_ms),
+        };
 
         for (a, result) in acts.into_iter().zip(act_results) {
             let reply = match result {

@@ -214,6 +214,8 @@ pub struct Agent {
     overflow: VecDeque<Request>,
     batch: Option<Batch>,
     return_until: Option<u64>,
+    /// Since when this region has had free units (as the agent's owner).
+    free_since_ms: Option<u64>,
     pending_grants: Vec<TransferMsg>,
     next_sweep_ms: u64,
     call_seq: u64,
@@ -259,6 +261,7 @@ impl Agent {
             overflow: VecDeque::new(),
             batch: None,
             return_until: None,
+            free_since_ms: None,
             pending_grants: Vec::new(),
             next_sweep_ms: 0,
             call_seq: 0,
@@ -494,7 +497,7 @@ impl Agent {
             || (self.book.ledger.held > 0
                 && now >= self.next_sweep_ms
                 && now_ms_due(&self.expiries, now))
-            || self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty()) > 0
+            || self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty(), now) > 0
     }
 
     fn begin_commit(&mut self, now_us: u64, out: &mut Vec<Effect>) {
@@ -512,13 +515,17 @@ impl Agent {
 
     /// Units the directive or the mode asks back, given `free` units
     /// (escrow-core's rule, the same the agent applies).
-    fn returns_wanted(&self, free: u64, local_demand: bool) -> u64 {
+    fn returns_wanted(&self, free: u64, local_demand: bool, now_ms: u64) -> u64 {
+        let free_for_ms = self
+            .free_since_ms
+            .map_or(0, |since| now_ms.saturating_sub(since));
         units_to_return(
             self.mode,
             free,
             self.return_until,
             self.book.ledger.returned,
             local_demand,
+            free_for_ms,
         )
     }
 
@@ -567,7 +574,7 @@ impl Agent {
             }
         }
         self.rate.record(now, held_units);
-        let back = self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty());
+        let back = self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty(), now);
         if back > 0 {
             self.give_back(back);
         }
@@ -583,6 +590,12 @@ impl Agent {
         if self.book.ledger.held == 0 {
             self.expiries.clear();
         }
+        // As the agent: note since when this region has had free units.
+        self.free_since_ms = match (self.book.ledger.available, self.free_since_ms) {
+            (0, _) => None,
+            (_, Some(since)) => Some(since),
+            (_, None) => Some(now),
+        };
 
         // Units freed by replays may serve the overflow next batch; otherwise
         // it is sold out only on the coordinator's word.
