@@ -546,3 +546,87 @@ async fn admin_operations_reach_the_agents(pool: PgPool) {
     c.admin.settled_audit(Duration::from_secs(20)).await;
     c.stop().await;
 }
+
+/// Goal: a database is standalone or coordinator-managed for life: an agent
+/// refuses to start standalone on a database holding grants, and under a
+/// coordinator on one holding standalone stock, so no unit exists in one
+/// ledger and not the other.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn a_database_keeps_its_mode(pool: PgPool) {
+    use std::sync::Arc;
+
+    use region_agent::clock::SystemClock;
+    use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
+    use region_agent::store::postgres::PgStore;
+
+    let coord = Coord::start(&pool, None).await;
+    let admin = Admin::new(&coord.url);
+    admin
+        .put_sku("drop", json!({"total": 10, "regions": {"eu": 1}}))
+        .await;
+    let eu_db = AgentDb::create(&pool, "eu").await;
+    let eu = Agent::start(&eu_db, "eu", &coord.url, None).await;
+    eventually(
+        "eu credits its grant",
+        Duration::from_secs(20),
+        async || {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM applied_grants")
+                .fetch_one(&eu_db.pool)
+                .await
+                .unwrap();
+            n > 0
+        },
+    )
+    .await;
+    eu.stop().await;
+
+    let settings = |region: &str, coordinator| region_agent::AgentSettings {
+        region: escrow_core::RegionName::parse(region).unwrap(),
+        auth: region_agent::auth::Auth::new(Vec::new(), None),
+        limits: region_agent::owner::Limits {
+            batch_size_max: 16,
+            queue_max: 16,
+            wait_timeout_ms: 1_000,
+        },
+        coordinator,
+    };
+    let standalone = region_agent::start(
+        Arc::new(PgStore::new(eu_db.pool.clone())),
+        Arc::new(SystemClock),
+        settings("eu", None),
+    )
+    .await;
+    assert!(
+        standalone.is_err(),
+        "standalone on a database holding grants"
+    );
+
+    let us_db = AgentDb::create(&pool, "us").await;
+    sqlx::query(
+        "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
+         VALUES ('acme', 'own', 5, 0, 0, 5, 0, 1, 600000)",
+    )
+    .execute(&us_db.pool)
+    .await
+    .unwrap();
+    let http = HttpCoordinator::new(
+        &coord.url,
+        escrow_core::RegionName::parse("us").unwrap(),
+        region_token("us"),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let link = Arc::new(CoordinatorLink::new(Arc::new(http), SYNC_MS));
+    let managed = region_agent::start(
+        Arc::new(PgStore::new(us_db.pool.clone())),
+        Arc::new(SystemClock),
+        settings("us", Some(link)),
+    )
+    .await;
+    assert!(
+        managed.is_err(),
+        "coordinator-managed on a database holding standalone stock"
+    );
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}

@@ -119,6 +119,24 @@ pub async fn start(
     settings: AgentSettings,
 ) -> Result<AppState, StoreError> {
     let metrics = service_kit::metrics_handle();
+    // A database is either standalone or coordinator-managed for life: stock
+    // created standalone exists in no coordinator's ledger, and granted stock
+    // sold standalone would leave the coordinator's lease wrong.
+    let provenance = store.provenance().await?;
+    match (&settings.coordinator, provenance) {
+        (Some(_), p) if !p.not_granted.is_empty() => {
+            return Err(StoreError::Conflict(format!(
+                "this database holds standalone stock ({}); a coordinator-managed agent needs its own database",
+                p.not_granted.join(", ")
+            )));
+        }
+        (None, p) if p.has_grants => {
+            return Err(StoreError::Conflict(
+                "this database holds coordinator grants; run it with --coordinator-url".into(),
+            ));
+        }
+        _ => {}
+    }
     let epoch = store.take_lease(&settings.region).await?;
     tracing::info!(region = %settings.region, epoch = epoch.0, "took the region lease");
     let fence = Arc::new(Fence::new(epoch));

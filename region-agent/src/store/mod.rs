@@ -156,6 +156,15 @@ pub struct BatchOutcome {
     pub applied_grants: Vec<String>,
 }
 
+/// Where a database's stock came from (see [`Store::provenance`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// `tenant/sku` of SKUs whose received units are not all grants.
+    pub not_granted: Vec<String>,
+    /// Whether any grant from a coordinator was ever credited here.
+    pub has_grants: bool,
+}
+
 /// What the agent tells the coordinator, read in one snapshot so counters,
 /// applied grants and debited returns agree with each other.
 #[derive(Debug, Clone, Default)]
@@ -227,6 +236,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Reservation>, StoreError>;
     /// Counters against totals and rows, for every SKU.
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError>;
+    /// Where this database's stock came from: SKUs holding units received
+    /// otherwise than as grants (a standalone agent's), and whether any
+    /// grant was ever credited (a coordinator-managed agent's).
+    async fn provenance(&self) -> Result<Provenance, StoreError>;
     /// Counters, unconfirmed grants and pending returns, in one snapshot.
     async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError>;
     /// Records that the coordinator has these grants' acknowledgements.

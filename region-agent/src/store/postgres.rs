@@ -20,7 +20,8 @@ use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::{
-    AuditRow, Batch, BatchOutcome, Epoch, SkuRecord, StockChange, Store, StoreError, SyncSnapshot,
+    AuditRow, Batch, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange, Store, StoreError,
+    SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent.
@@ -574,6 +575,24 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(reservation_from).collect()
+    }
+
+    async fn provenance(&self) -> Result<Provenance, StoreError> {
+        let not_granted: Vec<String> = sqlx::query_scalar(
+            "SELECT s.tenant || '/' || s.sku FROM sku_stock s
+             WHERE s.received <> COALESCE((SELECT sum(units) FROM applied_grants g
+                                           WHERE g.tenant = s.tenant AND g.sku = s.sku), 0)
+             ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let has_grants: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM applied_grants)")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Provenance {
+            not_granted,
+            has_grants,
+        })
     }
 
     async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError> {
