@@ -15,26 +15,6 @@ use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::{Connection, PgConnection, PgPool};
 
-/// A connection holding the SKU's counter row locked, so the owner's next
-/// commit waits until it is dropped or committed.
-async fn lock_counters(pool: &PgPool) -> (PgConnection, ()) {
-    let opts = pool.connect_options();
-    let mut conn = PgConnection::connect_with(&opts).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock WHERE sku = 'drop' FOR UPDATE")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    (conn, ())
-}
-
-async fn lock_waiters(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
 /// Goal: with the owner busy and its queue full, a request is refused at
 /// once with REJECTED_QUEUE_FULL; one that waited past its deadline gets
 /// REJECTED_WAIT_TIMEOUT; neither wrote anything, and both keys succeed on retry.
@@ -50,17 +30,12 @@ async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
 
-    let (mut locker, ()) = lock_counters(&pool).await;
+    let mut locker = lock_counters(&pool).await;
     let first = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("a", "ua", "drop").await }
     });
-    eventually(
-        "the owner's commit waits on the lock",
-        Duration::from_secs(10),
-        async || lock_waiters(&pool).await > 0,
-    )
-    .await;
+    wait_for_lock_waiter(&pool).await;
     let second = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("b", "ub", "drop").await }
@@ -193,6 +168,7 @@ async fn sold_out_is_answered_without_the_database(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(count, 1);
+    assert_balanced(&stored(&pool, "drop").await);
     agent.stop().await;
 }
 
@@ -328,5 +304,6 @@ async fn health_readiness_and_metrics(pool: PgPool) {
     ] {
         assert!(text.contains(name), "metrics lack {name}");
     }
+    assert_balanced(&stored(&pool, "drop").await);
     agent.stop().await;
 }

@@ -169,6 +169,7 @@ async fn malformed_requests_are_refused_without_writing(pool: PgPool) {
     assert_eq!(count, 1, "no SKU created by bad admin input");
     // And a well-formed request still works.
     assert_eq!(api.reserve("k", "u", "drop").await.0, StatusCode::CREATED);
+    assert_balanced(&stored(&pool, "drop").await);
     agent.stop().await;
 }
 
@@ -239,6 +240,7 @@ async fn credentials_and_tenant_isolation(pool: PgPool) {
     let (_, row) = api.get("k").await;
     assert_eq!(row["status"], "HELD", "acme's hold untouched");
     assert_eq!(rows(&pool).await, 1);
+    assert_balanced(&stored(&pool, "drop").await);
     agent.stop().await;
 }
 

@@ -14,7 +14,7 @@ use region_agent::store::postgres::PgStore;
 use region_agent::store::{Batch, NewHold, Store, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 
 fn hold(key: &str, user: &str) -> NewHold {
     NewHold {
@@ -110,30 +110,12 @@ async fn units_freed_in_a_batch_serve_its_overflow(pool: PgPool) {
     assert_eq!(api.reserve("k0", "u0", "drop").await.0, StatusCode::CREATED);
 
     // Hold the owner on a commit so the next two requests share a batch.
-    let mut locker = PgConnection::connect_with(&pool.connect_options())
-        .await
-        .unwrap();
-    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    let mut locker = lock_counters(&pool).await;
     let blocker = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("k9", "u9", "drop").await }
     });
-    eventually(
-        "the owner waits on the lock",
-        Duration::from_secs(10),
-        async || {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            n > 0
-        },
-    )
-    .await;
+    wait_for_lock_waiter(&pool).await;
     let repeat_user = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("k1", "u0", "drop").await }

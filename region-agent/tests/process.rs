@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
 /// The URL of the test's own database, for a child process.
@@ -194,14 +194,7 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     let api = agent.api.clone();
     api.put_sku("acme", "drop", json!({"total": 100})).await;
 
-    let mut locker = PgConnection::connect_with(&pool.connect_options())
-        .await
-        .unwrap();
-    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    let mut locker = lock_counters(&pool).await;
     let buyers: Vec<_> = (0..20)
         .map(|i| {
             let api = api.clone();
@@ -211,18 +204,7 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
             })
         })
         .collect();
-    eventually(
-        "a commit waits on the lock",
-        Duration::from_secs(10),
-        async || {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            n > 0
-        },
-    )
-    .await;
+    wait_for_lock_waiter(&pool).await;
     agent.signal("-TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(agent.child.try_wait().unwrap().is_none(), "still draining");
@@ -266,14 +248,7 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 5})).await;
 
-    let mut locker = PgConnection::connect_with(&pool.connect_options())
-        .await
-        .unwrap();
-    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    let mut locker = lock_counters(&pool).await;
 
     let body = json!({"request_key": "gone", "user_id": "u", "sku": "drop"}).to_string();
     let request = format!(
@@ -284,18 +259,7 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
     let addr = api.url.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
     socket.write_all(request.as_bytes()).await.unwrap();
-    eventually(
-        "the commit waits on the lock",
-        Duration::from_secs(10),
-        async || {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            n > 0
-        },
-    )
-    .await;
+    wait_for_lock_waiter(&pool).await;
     drop(socket);
     tokio::time::sleep(Duration::from_millis(100)).await;
     sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
@@ -408,5 +372,7 @@ async fn drift_found_at_start_stops_only_that_sku(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(rows, 1, "nothing sold on the drifted SKU");
+    // The SKU that did not drift still balances.
+    assert_balanced(&stored(&pool, "calm").await);
     agent.stop().await;
 }

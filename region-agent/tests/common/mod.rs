@@ -316,3 +316,35 @@ pub async fn eventually(what: &str, deadline: Duration, mut check: impl AsyncFnM
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// A connection holding every SKU's counter row locked, so an owner's next
+/// commit waits until `COMMIT` (or the connection's end) releases it.
+pub async fn lock_counters(pool: &PgPool) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect_with(&pool.connect_options())
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
+/// Waits until some statement waits on a lock (an owner's commit on
+/// [`lock_counters`]).
+pub async fn wait_for_lock_waiter(pool: &PgPool) {
+    eventually(
+        "a commit waits on the lock",
+        Duration::from_secs(10),
+        async || {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            n > 0
+        },
+    )
+    .await;
+}
