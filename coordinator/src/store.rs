@@ -507,33 +507,31 @@ impl Ledger {
 
     /// One SKU with its regions.
     pub async fn sku(&self, tenant: &Tenant, sku: &Sku) -> Result<SkuView, LedgerError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let row = sqlx::query(&format!(
-            "SELECT {SKU_COLUMNS} FROM skus WHERE tenant = $1 AND sku = $2"
-        ))
-        .bind(tenant.as_str())
-        .bind(sku.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(LedgerError::UnknownSku)?;
-        let row = sku_row(&row)?;
-        let regions = region_lines(&mut *tx, &row.tenant, &row.sku).await?;
-        tx.commit().await?;
-        Ok(view_of(&row, regions))
+        self.views(Some((tenant, sku)))
+            .await?
+            .pop()
+            .ok_or(LedgerError::UnknownSku)
     }
 
     /// Every SKU with its regions, from one consistent snapshot.
     pub async fn audit(&self) -> Result<Vec<SkuView>, LedgerError> {
+        self.views(None).await
+    }
+
+    /// SKU views (all, or one) read in one `REPEATABLE READ` snapshot, so
+    /// pool, transfers and reports add up as they were at one instant.
+    async fn views(&self, only: Option<(&Tenant, &Sku)>) -> Result<Vec<SkuView>, LedgerError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
             .await?;
         let rows = sqlx::query(&format!(
-            "SELECT {SKU_COLUMNS} FROM skus ORDER BY tenant, sku"
+            "SELECT {SKU_COLUMNS} FROM skus
+             WHERE $1::text IS NULL OR (tenant = $1 AND sku = $2)
+             ORDER BY tenant, sku"
         ))
+        .bind(only.map(|(t, _)| t.as_str()))
+        .bind(only.map(|(_, s)| s.as_str()))
         .fetch_all(&mut *tx)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
