@@ -205,6 +205,10 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
         })
         .collect();
     wait_for_lock_waiter(&pool).await;
+    // The first batch now waits on the lock. Give the other requests time to
+    // be read by the server: one whose bytes are still unread when SIGTERM
+    // arrives was never in flight, and its connection may be closed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     agent.signal("-TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(agent.child.try_wait().unwrap().is_none(), "still draining");
