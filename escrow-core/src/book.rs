@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::batch::{Batch, BatchOutcome, StockChange};
 use crate::ids::{Qty, RequestKey, Sku, SkuSettings, TtlMs, UserId};
 use crate::ledger::Ledger;
-use crate::reservation::{Reservation, Status, Verdict};
+use crate::reservation::{Reservation, Status, Transition, Verdict};
 
 /// The answer to a reserve request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +144,90 @@ impl Book {
             }
         }
         units
+    }
+
+    /// Commits an owner's batch the way the agent's store does, in the
+    /// same order (transitions, sweep, changes, holds): every step is
+    /// conditional, a hold is inserted only if its key and its user are
+    /// free. Grants and returns are the caller's (they need transfer
+    /// tables), as are mode changes. An `Err` means the owner decided
+    /// something the book refuses: a bug, after which the book is not
+    /// to be trusted.
+    pub fn commit(&mut self, batch: &Batch) -> Result<BatchOutcome, String> {
+        for (key, qty, change) in &batch.transitions {
+            let r = self
+                .reservations
+                .get_mut(key)
+                .ok_or_else(|| format!("transition of unknown key {key}"))?;
+            if r.status != Status::Held || r.qty != *qty {
+                return Err(format!("{change:?} of {key} found it {:?}", r.status));
+            }
+            change
+                .apply_to_ledger(&mut self.ledger, *qty)
+                .map_err(|e| e.to_string())?;
+            r.apply(*change);
+            if !r.status.is_active() {
+                self.active_by_user.remove(&r.user_id);
+            }
+        }
+        let mut expired = Vec::new();
+        if batch.sweep {
+            let due: Vec<RequestKey> = self
+                .reservations
+                .values()
+                .filter(|r| r.is_due(batch.now_ms))
+                .map(|r| r.request_key.clone())
+                .collect();
+            for key in due {
+                if let Some((verdict, r)) = self.act(&key, |r| r.expire(batch.now_ms)) {
+                    if verdict.change == Some(Transition::Expire) {
+                        expired.push((key, r.qty));
+                    }
+                }
+            }
+        }
+        for change in &batch.changes {
+            match *change {
+                StockChange::Receive(units) => self.ledger.receive(units),
+                StockChange::GiveBack(units) => {
+                    self.ledger.give_back(units).map_err(|e| e.to_string())?;
+                }
+                StockChange::Settings(settings) => self.settings = settings,
+                StockChange::Pause(paused) => self.paused = paused,
+                StockChange::Mode(_) => {}
+            }
+        }
+        let mut inserted = Vec::with_capacity(batch.holds.len());
+        for hold in &batch.holds {
+            if self.reservations.contains_key(&hold.request_key)
+                || self.active_by_user.contains_key(&hold.user_id)
+            {
+                inserted.push(false);
+                continue;
+            }
+            self.ledger
+                .hold(hold.qty.units())
+                .map_err(|e| e.to_string())?;
+            let reservation = Reservation {
+                request_key: hold.request_key.clone(),
+                user_id: hold.user_id.clone(),
+                sku: self.sku.clone(),
+                qty: hold.qty,
+                status: Status::Held,
+                expires_at_ms: hold.expires_at_ms,
+                extended: false,
+            };
+            self.active_by_user
+                .insert(hold.user_id.clone(), hold.request_key.clone());
+            self.reservations
+                .insert(hold.request_key.clone(), reservation);
+            inserted.push(true);
+        }
+        Ok(BatchOutcome {
+            inserted,
+            expired,
+            applied_grants: Vec::new(),
+        })
     }
 
     fn act(

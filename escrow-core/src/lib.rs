@@ -10,6 +10,9 @@
 //! - [`ledger`]: a region's per-SKU counters and their invariant.
 //! - [`reservation`]: the reservation lifecycle HELD -> SOLD | RELEASED | EXPIRED.
 //! - [`admission`]: which queued reserve requests a batch may try to hold.
+//! - [`batch`]: what an owner commits in one transaction and reads back.
+//! - [`owner`]: the single writer of one SKU as a state machine without I/O,
+//!   driven by the region agent and by the simulator.
 //! - [`book`]: a complete in-memory SKU book combining the above; the model
 //!   the property tests and the simulator drive.
 //! - [`policy`]: how the coordinator splits and moves quota between regions.
@@ -18,9 +21,11 @@
 //! - [`rate`]: a region's recent sale rate, for the policy.
 
 pub mod admission;
+pub mod batch;
 pub mod book;
 pub mod ids;
 pub mod ledger;
+pub mod owner;
 pub mod policy;
 pub mod pool;
 pub mod protocol;

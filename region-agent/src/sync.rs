@@ -17,7 +17,7 @@ use escrow_core::{Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
 
 use crate::coordinator_client::{ClientError, CoordinatorLink};
-use crate::owner::Command;
+use crate::owner::Control;
 use crate::AppState;
 
 /// Runs syncs until `stop` turns true or this process is fenced.
@@ -124,8 +124,11 @@ async fn apply(state: &AppState, resp: SyncResponse) {
         let for_sku = grants
             .remove(&(directive.tenant.clone(), directive.sku.clone()))
             .unwrap_or_default();
-        // A full queue drops this directive; the next sync repeats it.
-        let _ = handle.queue.try_send(Command::Sync(directive, for_sku));
+        // Its own channel: a full buyer queue never holds a directive back.
+        handle.control.send_replace(Some(Control {
+            directive,
+            grants: for_sku,
+        }));
     }
     if let Err(error) = state.store().confirm_grants(&resp.confirmed).await {
         tracing::warn!(%error, "recording confirmed grants failed");

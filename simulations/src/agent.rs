@@ -1,40 +1,33 @@
-//! The simulated region agent: escrow-core's [`Book`], [`plan_reserves`]
-//! and [`RateMeter`] driven the way `region-agent` drives them.
+//! The simulated region agent: escrow-core's [`SkuOwner`] driven under the
+//! simulated clock, network and database, as `region-agent` drives it
+//! under tokio, HTTP and PostgreSQL.
 //!
-//! It mirrors the real agent's two loops. The SKU owner is the single
-//! writer: it drains up to `batch_size_max` commands (reserve requests and
-//! the coordinator's directives), plans holds first-fit, and when requests
-//! do not fit it asks the coordinator for the missing units with one
-//! synchronous take, waiting for the answer before it commits (so a take
-//! costs every buyer in the batch a round trip, and the queue grows behind
-//! it). The commit credits grants, inserts holds, debits returns (in central
-//! mode every free unit; in escrow mode up to the directive's cumulative
-//! `return_until`) and expires due holds, all at once; then the batch is
-//! answered. The sync loop reports every `sync_interval_ms`, waits for the
-//! answer (or the client timeout) and hands the directive to the owner.
-//!
-//! The HTTP handler's gate answers before the queue: PAUSED in central mode
-//! while the coordinator is unreachable, SOLD_OUT when local stock is short
-//! and the coordinator said nothing is free anywhere.
+//! Every decision is the owner's; this driver only carries out its I/O with
+//! simulated costs: a commit takes `commit_us` and is applied to the
+//! simulated database (escrow-core's [`Book`] plus the transfer tables) when
+//! it ends; a read is answered from the database at once; a take travels the
+//! simulated network and may time out. The gate in front of the queue is
+//! escrow-core's [`gate`], as in the agent's HTTP handler. The sync loop
+//! reports every `sync_interval_ms` from the database and hands the answer's
+//! directive to the owner on its own slot, which a full queue cannot refuse.
 //!
 //! What survives a crash is what the real agent keeps in its database: the
 //! book, the ids of grants credited, grants not yet confirmed, returns not
-//! yet applied, and the mode. Queues, the batch in progress, takes and syncs
-//! in flight, directives not yet committed, the sold-out flag and the rate
-//! meter are memory and are lost.
+//! yet applied, and the mode. Queues, the owner's memory, the batch in
+//! progress, takes and syncs in flight are lost.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
-use escrow_core::policy::units_to_return;
+use escrow_core::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
+use escrow_core::owner::{
+    gate, ActReply, Action, Command, Io, OwnerConfig, Reply, ReserveReply, ReserveRequest,
+    SkuOwner, Ticket, SWEEP_INTERVAL_MS,
+};
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
 };
-use escrow_core::reservation::Verdict;
-use escrow_core::{
-    plan_reserves, Book, Deadline, Mode, Qty, RateMeter, RequestKey, Reservation, ReserveOutcome,
-    ReservePlan, Sku, SkuSettings, TtlMs, UserId,
-};
+use escrow_core::{Book, Deadline, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+use escrow_core::{Status, UserId};
 
 use crate::network::{Envelope, Payload};
 use crate::scenario::AgentConfig;
@@ -42,12 +35,6 @@ use crate::scenario::AgentConfig;
 /// Milliseconds since the Unix epoch at simulated time zero: escrow-core
 /// takes wall-clock milliseconds, the simulation counts microseconds from 0.
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
-
-/// How often an idle owner wakes to sweep and return (the agent's `SWEEP_INTERVAL_MS`).
-pub const OWNER_TICK_MS: u64 = 250;
-
-/// Half-life of the agent's sale-rate meter, as in `region-agent`.
-pub const RATE_HALF_LIFE_MS: u64 = 2_000;
 
 /// escrow-core's `now_ms` at simulated time `t_us`.
 pub fn now_ms(t_us: u64) -> u64 {
@@ -87,6 +74,31 @@ pub enum Answer {
     Unreachable,
 }
 
+impl Answer {
+    fn of(reply: &ReserveReply) -> Self {
+        match reply {
+            ReserveReply::Held(_) => Answer::Held,
+            ReserveReply::Replay(_) => Answer::Replay,
+            ReserveReply::SoldOut => Answer::SoldOut,
+            ReserveReply::UserLimit => Answer::UserLimit,
+            ReserveReply::KeyReused => Answer::KeyReused,
+            ReserveReply::Paused => Answer::Paused,
+            ReserveReply::WaitTimeout => Answer::WaitTimeout,
+        }
+    }
+}
+
+/// A buyer's action on the reservation it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuyerAction {
+    /// Pay: HELD -> SOLD.
+    Confirm,
+    /// Give the units up.
+    Release,
+    /// Keep the hold longer, once.
+    Extend,
+}
+
 /// An agent timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timer {
@@ -105,7 +117,7 @@ pub enum Timer {
 /// What an agent asks the world to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// Answer a buyer.
+    /// Answer a buyer's reserve.
     Answer {
         /// The buyer.
         buyer: u32,
@@ -113,6 +125,17 @@ pub enum Effect {
         at_us: u64,
         /// The answer.
         answer: Answer,
+    },
+    /// Answer a buyer's action.
+    Acted {
+        /// The buyer.
+        buyer: u32,
+        /// When the answer reaches them.
+        at_us: u64,
+        /// What they asked.
+        action: BuyerAction,
+        /// The answer.
+        reply: ActReply,
     },
     /// Send a message to the coordinator.
     Send {
@@ -134,38 +157,6 @@ pub enum Effect {
     },
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Request {
-    buyer: u32,
-    qty: u64,
-    deadline: Deadline,
-}
-
-#[derive(Debug)]
-enum Command {
-    Reserve(Request),
-    Sync(SkuDirective, Vec<TransferMsg>),
-}
-
-/// How a take ended, as in the agent's owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TakeEnd {
-    /// Nothing is free anywhere: what did not fit is sold out.
-    Exhausted,
-    /// Units may exist elsewhere, or the coordinator could not be asked: pause.
-    Unsure,
-}
-
-/// The batch being worked on.
-#[derive(Debug)]
-struct Batch {
-    reserves: Vec<Request>,
-    plan: ReservePlan,
-    take: TakeEnd,
-    take_call: Option<u64>,
-    take_grant: Option<TransferMsg>,
-}
-
 /// Counters of the agent's work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AgentStats {
@@ -177,8 +168,32 @@ pub struct AgentStats {
     pub syncs: u64,
     /// Batches committed.
     pub commits: u64,
-    /// Directives dropped because the owner's queue was full.
-    pub directives_dropped: u64,
+}
+
+/// Tickets name the buyer and what they asked: two low bits for the kind.
+fn ticket(buyer: u32, kind: u64) -> Ticket {
+    (u64::from(buyer) << 2) | kind
+}
+
+const KIND_RESERVE: u64 = 0;
+
+fn action_kind(action: BuyerAction) -> u64 {
+    match action {
+        BuyerAction::Confirm => 1,
+        BuyerAction::Release => 2,
+        BuyerAction::Extend => 3,
+    }
+}
+
+fn decode(t: Ticket) -> (u32, Option<BuyerAction>) {
+    let buyer = u32::try_from(t >> 2).expect("tickets are made from u32 buyers");
+    let action = match t & 3 {
+        1 => Some(BuyerAction::Confirm),
+        2 => Some(BuyerAction::Release),
+        3 => Some(BuyerAction::Extend),
+        _ => None,
+    };
+    (buyer, action)
 }
 
 /// One region's agent for the simulated SKU.
@@ -192,10 +207,8 @@ pub struct Agent {
     pub up: bool,
     /// Incarnation, bumped on restart (the fencing epoch).
     pub epoch: u32,
-    /// Mode (kept in the database).
+    /// Mode as stored in the database.
     pub mode: Mode,
-    /// The coordinator said nothing is free anywhere (memory).
-    pub sold_out: bool,
     /// The last call to the coordinator failed (memory; down until the first sync succeeds).
     pub link_down: bool,
     /// Ids of grants credited: a duplicate grant is recognised and ignored.
@@ -207,25 +220,18 @@ pub struct Agent {
     /// Work done.
     pub stats: AgentStats,
     cfg: AgentConfig,
-    tenant: String,
-    sku: String,
-    rate: RateMeter,
+    tenant: Tenant,
+    owner: SkuOwner,
     queue: VecDeque<Command>,
-    overflow: VecDeque<Request>,
-    batch: Option<Batch>,
-    return_until: Option<u64>,
-    /// Since when this region has had free units (as the agent's owner).
-    free_since_ms: Option<u64>,
-    pending_grants: Vec<TransferMsg>,
-    next_sweep_ms: u64,
+    control: Option<(SkuDirective, Vec<TransferMsg>)>,
+    /// Tickets the owner has and has not answered.
+    waiting: HashSet<Ticket>,
+    committing: Option<Batch>,
+    take_call: Option<u64>,
     call_seq: u64,
     sync_call: Option<(u64, u64)>,
     sync_seq: u64,
     last_rtt_ms: u64,
-    return_seq: u64,
-    expiries: BinaryHeap<Reverse<u64>>,
-    max_per_user: u32,
-    hold_ttl: TtlMs,
 }
 
 impl Agent {
@@ -238,41 +244,73 @@ impl Agent {
         mode: Mode,
         cfg: &AgentConfig,
     ) -> Self {
+        let tenant = Tenant::parse(tenant).expect("the simulated tenant name is valid");
+        let book = Book::new(
+            Sku::parse(sku).expect("the simulated SKU name is valid"),
+            settings,
+        );
+        let record = Self::record(&tenant, &book, mode);
+        let owner = Self::start_owner(index, 1, record, cfg, now_ms(0));
         Self {
             index,
-            book: Book::new(
-                Sku::parse(sku).expect("the simulated SKU name is valid"),
-                settings,
-            ),
+            book,
             up: true,
             epoch: 1,
             mode,
-            sold_out: false,
             link_down: true,
             applied_grants: HashSet::new(),
             pending_acks: Vec::new(),
             returns: BTreeMap::new(),
             stats: AgentStats::default(),
             cfg: cfg.clone(),
-            tenant: tenant.to_owned(),
-            sku: sku.to_owned(),
-            rate: RateMeter::new(now_ms(0), RATE_HALF_LIFE_MS),
+            tenant,
+            owner,
             queue: VecDeque::new(),
-            overflow: VecDeque::new(),
-            batch: None,
-            return_until: None,
-            free_since_ms: None,
-            pending_grants: Vec::new(),
-            next_sweep_ms: 0,
+            control: None,
+            waiting: HashSet::new(),
+            committing: None,
+            take_call: None,
             call_seq: 0,
             sync_call: None,
             sync_seq: 0,
             last_rtt_ms: 0,
-            return_seq: 0,
-            expiries: BinaryHeap::new(),
-            max_per_user: settings.max_per_user,
-            hold_ttl: settings.hold_ttl,
         }
+    }
+
+    /// The SKU as stored in the database.
+    fn record(tenant: &Tenant, book: &Book, mode: Mode) -> SkuRecord {
+        let units = |status: Status| -> u64 {
+            book.reservations()
+                .filter(|r| r.status == status)
+                .map(|r| r.qty.units())
+                .sum()
+        };
+        SkuRecord {
+            tenant: tenant.clone(),
+            sku: book.sku.clone(),
+            ledger: book.ledger,
+            settings: book.settings,
+            paused: book.paused,
+            mode,
+            rows_held: units(Status::Held),
+            rows_sold: units(Status::Sold),
+        }
+    }
+
+    /// An owner loaded from the database, as the agent starts one.
+    fn start_owner(
+        index: usize,
+        epoch: u32,
+        record: SkuRecord,
+        cfg: &AgentConfig,
+        now_ms: u64,
+    ) -> SkuOwner {
+        let owner_cfg = OwnerConfig {
+            batch_size_max: cfg.batch_size_max,
+            coordinated: true,
+            transfer_id_prefix: format!("{index}-{epoch}"),
+        };
+        SkuOwner::new(owner_cfg, record, now_ms)
     }
 
     /// The timers that start the agent's loops.
@@ -288,14 +326,6 @@ impl Agent {
             at_us,
             timer,
         }
-    }
-
-    fn answer(out: &mut Vec<Effect>, buyer: u32, at_us: u64, answer: Answer) {
-        out.push(Effect::Answer {
-            buyer,
-            at_us,
-            answer,
-        });
     }
 
     fn send(&self, at_us: u64, call: u64, payload: Payload, out: &mut Vec<Effect>) {
@@ -318,32 +348,73 @@ impl Agent {
     pub fn reserve(&mut self, now_us: u64, buyer: u32, qty: u64, out: &mut Vec<Effect>) {
         assert!(self.up, "a down agent takes no requests");
         let gate_us = now_us + self.cfg.gate_us;
-        if self.book.paused || (self.mode == Mode::Central && self.link_down) {
-            return Self::answer(out, buyer, gate_us, Answer::Paused);
-        }
-        if self.book.ledger.available < qty && self.sold_out {
-            return Self::answer(out, buyer, gate_us, Answer::SoldOut);
+        if let Some(reply) = gate(&self.owner.gate_view(self.link_down), qty) {
+            return out.push(Effect::Answer {
+                buyer,
+                at_us: gate_us,
+                answer: Answer::of(&reply),
+            });
         }
         if self.queue.len() >= self.cfg.max_waiting {
-            return Self::answer(out, buyer, gate_us, Answer::QueueFull);
+            return out.push(Effect::Answer {
+                buyer,
+                at_us: gate_us,
+                answer: Answer::QueueFull,
+            });
         }
-        self.queue.push_back(Command::Reserve(Request {
-            buyer,
-            qty,
+        let max_per_user = self.owner.settings().max_per_user;
+        let request = ReserveRequest {
+            request_key: request_key(buyer),
+            user_id: user_id(buyer),
+            qty: Qty::parse(qty as i64, max_per_user).expect("buyers ask for 1..=max_per_user"),
+            ttl: None,
+        };
+        self.queue.push_back(Command::Reserve {
+            ticket: ticket(buyer, KIND_RESERVE),
+            request,
             deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
-        }));
-        self.start_batch(now_us, out);
+            known: false,
+        });
+        self.pump(now_us, out);
+    }
+
+    /// A buyer acts on its reservation; the answer comes as [`Effect::Acted`].
+    pub fn act(&mut self, now_us: u64, buyer: u32, action: BuyerAction, out: &mut Vec<Effect>) {
+        assert!(self.up, "a down agent takes no requests");
+        if self.queue.len() >= self.cfg.max_waiting {
+            return out.push(Effect::Acted {
+                buyer,
+                at_us: now_us + self.cfg.gate_us,
+                action,
+                reply: ActReply::WaitTimeout,
+            });
+        }
+        let owner_action = match action {
+            BuyerAction::Confirm => Action::Confirm,
+            BuyerAction::Release => Action::Release,
+            BuyerAction::Extend => Action::Extend(None),
+        };
+        self.queue.push_back(Command::Act {
+            ticket: ticket(buyer, action_kind(action)),
+            key: request_key(buyer),
+            action: owner_action,
+            deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
+        });
+        self.pump(now_us, out);
     }
 
     /// Handles one of the agent's timers.
     pub fn on_timer(&mut self, now_us: u64, timer: Timer, out: &mut Vec<Effect>) {
         match timer {
-            Timer::CommitDone => self.commit(now_us, out),
+            Timer::CommitDone => self.commit_done(now_us, out),
             Timer::OwnerTick => {
-                out.push(self.timer(now_us + OWNER_TICK_MS * 1_000, Timer::OwnerTick));
-                if self.batch.is_none() {
-                    self.start_batch(now_us, out);
+                out.push(self.timer(now_us + SWEEP_INTERVAL_MS * 1_000, Timer::OwnerTick));
+                let now = now_ms(now_us);
+                if self.owner.is_idle() && self.queue.is_empty() && now >= self.owner.poll_timeout()
+                {
+                    self.owner.handle_timeout(now);
                 }
+                self.pump(now_us, out);
             }
             Timer::SyncTick => self.on_sync_tick(now_us, out),
             Timer::SyncTimeout(call) => {
@@ -355,85 +426,79 @@ impl Agent {
         }
     }
 
-    /// Starts a batch if the owner is idle: drains commands, follows
-    /// directives, plans holds, and asks the coordinator for what is missing.
-    fn start_batch(&mut self, now_us: u64, out: &mut Vec<Effect>) {
-        if self.batch.is_some() {
-            return;
-        }
-        let now = now_ms(now_us);
-        let mut reserves: Vec<Request> = self.overflow.drain(..).collect();
-        let room = self
-            .cfg
-            .batch_size_max
-            .saturating_sub(reserves.len())
-            .max(1);
-        for _ in 0..room {
-            match self.queue.pop_front() {
-                Some(Command::Reserve(r)) => reserves.push(r),
-                Some(Command::Sync(d, grants)) => self.follow(&d, grants),
-                None => break,
+    /// Carries out the owner's I/O and starts batches while there is work.
+    fn pump(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        loop {
+            self.deliver(now_us, out);
+            match self.owner.poll_io() {
+                Some(Io::Read(keys)) => {
+                    let rows: Vec<Reservation> = keys
+                        .iter()
+                        .filter_map(|k| self.book.get(k))
+                        .cloned()
+                        .collect();
+                    self.owner.handle_read(Some(rows));
+                }
+                Some(Io::Take(request)) => return self.send_take(now_us, request, out),
+                Some(Io::Commit(batch)) => {
+                    self.committing = Some(batch);
+                    return out.push(self.timer(now_us + self.cfg.commit_us, Timer::CommitDone));
+                }
+                Some(Io::Reload) => {
+                    let record = Self::record(&self.tenant, &self.book, self.mode);
+                    self.owner.handle_reload(Some(record));
+                }
+                None => {
+                    if !self.owner.is_idle() {
+                        return;
+                    }
+                    if let Some((directive, grants)) = self.control.take() {
+                        self.owner.handle_directive(&directive, grants);
+                    }
+                    if self.queue.is_empty() && !self.owner.has_overflow() {
+                        return;
+                    }
+                    let room = self.owner.batch_room();
+                    let commands: Vec<Command> =
+                        (0..room).map_while(|_| self.queue.pop_front()).collect();
+                    for c in &commands {
+                        self.waiting.insert(command_ticket(c));
+                    }
+                    self.owner.handle_commands(now_ms(now_us), commands);
+                }
             }
         }
-        reserves.retain(|r| {
-            if r.deadline.passed(now) {
-                Self::answer(out, r.buyer, now_us, Answer::WaitTimeout);
-                false
-            } else {
-                true
-            }
-        });
-        if self.book.paused {
-            for r in reserves.drain(..) {
-                Self::answer(out, r.buyer, now_us, Answer::Paused);
-            }
-        }
-        let quantities: Vec<u64> = reserves.iter().map(|r| r.qty).collect();
-        let plan = plan_reserves(self.book.ledger.available, &quantities);
-        let mut batch = Batch {
-            reserves,
-            plan,
-            take: TakeEnd::Exhausted,
-            take_call: None,
-            take_grant: None,
-        };
-        if !batch.plan.overflow.is_empty() {
-            if self.sold_out {
-                batch.take = TakeEnd::Exhausted;
-            } else {
-                let need: u64 = batch.plan.overflow.iter().map(|&i| quantities[i]).sum();
-                self.call_seq += 1;
-                let call = self.call_seq;
-                let req = TakeRequest {
-                    id: format!("t-{}-{}-{}", self.index, self.epoch, call),
-                    tenant: self.tenant.clone(),
-                    sku: self.sku.clone(),
-                    units: need,
-                };
-                self.stats.takes += 1;
-                self.send(now_us, call, Payload::Take(req), out);
-                out.push(self.timer(now_us + self.client_timeout_us(), Timer::TakeTimeout(call)));
-                batch.take_call = Some(call);
-                self.batch = Some(batch);
-                return;
-            }
-        }
-        self.batch = Some(batch);
-        self.begin_commit(now_us, out);
     }
 
-    /// Takes in a directive: pause, mode, how much to give back, sold out
-    /// everywhere; grants wait for this batch's commit.
-    fn follow(&mut self, d: &SkuDirective, grants: Vec<TransferMsg>) {
-        self.book.paused = d.paused;
-        self.mode = d.mode;
-        self.return_until = Some(d.return_until);
-        self.sold_out = d.sold_out;
-        for g in grants {
-            if !self.pending_grants.iter().any(|p| p.id == g.id) {
-                self.pending_grants.push(g);
+    /// Hands the owner's answers to the world.
+    fn deliver(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        while let Some((t, reply)) = self.owner.poll_reply() {
+            self.waiting.remove(&t);
+            let (buyer, action) = decode(t);
+            match (reply, action) {
+                (Reply::Reserve(reply), None) => out.push(Effect::Answer {
+                    buyer,
+                    at_us: now_us,
+                    answer: Answer::of(&reply),
+                }),
+                (Reply::Act(reply), Some(action)) => out.push(Effect::Acted {
+                    buyer,
+                    at_us: now_us,
+                    action,
+                    reply,
+                }),
+                (reply, _) => unreachable!("no admin in the simulation: {reply:?}"),
             }
         }
+    }
+
+    fn send_take(&mut self, now_us: u64, request: TakeRequest, out: &mut Vec<Effect>) {
+        self.call_seq += 1;
+        let call = self.call_seq;
+        self.stats.takes += 1;
+        self.take_call = Some(call);
+        self.send(now_us, call, Payload::Take(request), out);
+        out.push(self.timer(now_us + self.client_timeout_us(), Timer::TakeTimeout(call)));
     }
 
     /// The coordinator answered a take (a late answer finds no take waiting: dropped).
@@ -444,40 +509,23 @@ impl Agent {
         resp: &TakeResponse,
         out: &mut Vec<Effect>,
     ) {
-        let Some(batch) = self.batch.as_mut() else {
-            return;
-        };
-        if batch.take_call != Some(call) {
+        if self.take_call != Some(call) {
             return;
         }
-        batch.take_call = None;
+        self.take_call = None;
         self.link_down = false;
-        let granted = resp.grant.as_ref().map_or(0, |g| g.units);
-        batch.take_grant = resp.grant.clone();
-        if resp.exhausted {
-            self.sold_out = true;
-            batch.take = TakeEnd::Exhausted;
-        } else {
-            batch.take = TakeEnd::Unsure;
-        }
-        if granted > 0 {
-            let quantities: Vec<u64> = batch.reserves.iter().map(|r| r.qty).collect();
-            batch.plan = plan_reserves(self.book.ledger.available + granted, &quantities);
-        }
-        self.begin_commit(now_us, out);
+        self.owner.handle_take_answer(Some(resp.clone()));
+        self.pump(now_us, out);
     }
 
     fn take_failed(&mut self, now_us: u64, call: u64, out: &mut Vec<Effect>) {
-        let Some(batch) = self.batch.as_mut() else {
-            return;
-        };
-        if batch.take_call != Some(call) {
+        if self.take_call != Some(call) {
             return;
         }
-        batch.take_call = None;
-        batch.take = TakeEnd::Unsure;
+        self.take_call = None;
         self.link_down = true;
-        self.begin_commit(now_us, out);
+        self.owner.handle_take_answer(None);
+        self.pump(now_us, out);
     }
 
     /// The coordinator refused a call at once (connection refused).
@@ -489,139 +537,47 @@ impl Agent {
         }
     }
 
-    /// Whether the batch writes anything (an empty batch commits instantly).
-    fn batch_writes(&self, batch: &Batch, now: u64) -> bool {
-        !batch.plan.try_hold.is_empty()
-            || batch.take_grant.is_some()
-            || !self.pending_grants.is_empty()
-            || (self.book.ledger.held > 0
-                && now >= self.next_sweep_ms
-                && now_ms_due(&self.expiries, now))
-            || self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty(), now) > 0
-    }
-
-    fn begin_commit(&mut self, now_us: u64, out: &mut Vec<Effect>) {
-        let now = now_ms(now_us);
-        let writes = self
-            .batch
-            .as_ref()
-            .is_some_and(|b| self.batch_writes(b, now));
-        if writes {
-            out.push(self.timer(now_us + self.cfg.commit_us, Timer::CommitDone));
-        } else {
-            self.commit(now_us, out);
-        }
-    }
-
-    /// Units the directive or the mode asks back, given `free` units
-    /// (escrow-core's rule, the same the agent applies).
-    fn returns_wanted(&self, free: u64, local_demand: bool, now_ms: u64) -> u64 {
-        let free_for_ms = self
-            .free_since_ms
-            .map_or(0, |since| now_ms.saturating_sub(since));
-        units_to_return(
-            self.mode,
-            free,
-            self.return_until,
-            self.book.ledger.returned,
-            local_demand,
-            free_for_ms,
-        )
-    }
-
-    /// The batch is durable: credit grants, hold, return, expire; then answer.
-    fn commit(&mut self, now_us: u64, out: &mut Vec<Effect>) {
-        let Some(batch) = self.batch.take() else {
-            return;
-        };
-        let now = now_ms(now_us);
+    /// The batch is durable: apply it to the database, then tell the owner.
+    fn commit_done(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        let batch = self
+            .committing
+            .take()
+            .expect("a commit timer belongs to a commit");
         self.stats.commits += 1;
-        let grants: Vec<TransferMsg> = std::mem::take(&mut self.pending_grants)
-            .into_iter()
-            .chain(batch.take_grant.clone())
-            .collect();
-        for g in &grants {
+        let outcome = self.write(&batch);
+        self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
+        self.owner.handle_commit_result(Ok(outcome));
+        self.pump(now_us, out);
+    }
+
+    /// The database's side of a commit: the store's order and conditions.
+    fn write(&mut self, batch: &Batch) -> BatchOutcome {
+        let mut applied = Vec::new();
+        for g in &batch.grants {
             if self.applied_grants.insert(g.id.clone()) {
                 self.book.ledger.receive(g.units);
                 self.pending_acks.push(g.id.clone());
+                applied.push(g.id.clone());
             }
         }
-        let mut overflow: Vec<Request> = batch
-            .plan
-            .overflow
-            .iter()
-            .map(|&i| batch.reserves[i])
-            .collect();
-        let mut held_units = 0;
-        for &i in &batch.plan.try_hold {
-            let r = batch.reserves[i];
-            let qty = Qty::parse(r.qty as i64, self.max_per_user)
-                .expect("buyers ask for 1..=max_per_user units");
-            match self
-                .book
-                .reserve(request_key(r.buyer), user_id(r.buyer), qty, None, now)
-            {
-                ReserveOutcome::Held(res) => {
-                    held_units += r.qty;
-                    self.expiries.push(Reverse(res.expires_at_ms));
-                    Self::answer(out, r.buyer, now_us, Answer::Held);
-                }
-                ReserveOutcome::SoldOut => overflow.push(r),
-                ReserveOutcome::Replay(_) => Self::answer(out, r.buyer, now_us, Answer::Replay),
-                ReserveOutcome::UserLimit => Self::answer(out, r.buyer, now_us, Answer::UserLimit),
-                ReserveOutcome::KeyReused => Self::answer(out, r.buyer, now_us, Answer::KeyReused),
-                ReserveOutcome::Paused => Self::answer(out, r.buyer, now_us, Answer::Paused),
+        for change in &batch.changes {
+            if let StockChange::Mode(mode) = change {
+                self.mode = *mode;
             }
         }
-        self.rate.record(now, held_units);
-        let back = self.returns_wanted(self.book.ledger.available, !batch.reserves.is_empty(), now);
-        if back > 0 {
-            self.give_back(back);
+        let mut outcome = self
+            .book
+            .commit(batch)
+            .unwrap_or_else(|e| panic!("the database refused an owner's batch: {e}"));
+        for r in &batch.returns {
+            self.book
+                .ledger
+                .give_back(r.units)
+                .expect("a return never exceeds available");
+            self.returns.insert(r.id.clone(), r.units);
         }
-        if self.book.ledger.held > 0 && now >= self.next_sweep_ms {
-            self.next_sweep_ms = now + OWNER_TICK_MS;
-            if now_ms_due(&self.expiries, now) {
-                while self.expiries.peek().is_some_and(|Reverse(at)| *at <= now) {
-                    self.expiries.pop();
-                }
-                self.stats.expired_units += self.book.expire_due(now);
-            }
-        }
-        if self.book.ledger.held == 0 {
-            self.expiries.clear();
-        }
-        // As the agent: note since when this region has had free units.
-        self.free_since_ms = match (self.book.ledger.available, self.free_since_ms) {
-            (0, _) => None,
-            (_, Some(since)) => Some(since),
-            (_, None) => Some(now),
-        };
-
-        // Units freed by replays may serve the overflow next batch; otherwise
-        // it is sold out only on the coordinator's word.
-        overflow.sort_by_key(|r| r.qty);
-        for r in overflow {
-            if r.qty <= self.book.ledger.available {
-                self.overflow.push_back(r);
-            } else if batch.take == TakeEnd::Exhausted {
-                Self::answer(out, r.buyer, now_us, Answer::SoldOut);
-            } else {
-                Self::answer(out, r.buyer, now_us, Answer::Paused);
-            }
-        }
-        if !self.queue.is_empty() || !self.overflow.is_empty() {
-            self.start_batch(now_us, out);
-        }
-    }
-
-    fn give_back(&mut self, units: u64) {
-        self.book
-            .ledger
-            .give_back(units)
-            .expect("a return never exceeds available");
-        self.return_seq += 1;
-        let id = format!("r-{}-{}-{}", self.index, self.epoch, self.return_seq);
-        self.returns.insert(id, units);
+        outcome.applied_grants = applied;
+        outcome
     }
 
     fn on_sync_tick(&mut self, now_us: u64, out: &mut Vec<Effect>) {
@@ -634,12 +590,12 @@ impl Agent {
             seq: self.sync_seq,
             rtt_ms: self.last_rtt_ms,
             skus: vec![SkuReport {
-                tenant: self.tenant.clone(),
-                sku: self.sku.clone(),
+                tenant: self.tenant.to_string(),
+                sku: self.book.sku.to_string(),
                 available: l.available,
                 held: l.held,
                 sold: l.sold,
-                sale_rate_per_s: self.rate.rate_per_s(now_ms(now_us)),
+                sale_rate_per_s: self.owner.sale_rate_per_s(),
             }],
             acks: self.pending_acks.clone(),
             returns: self
@@ -647,8 +603,8 @@ impl Agent {
                 .iter()
                 .map(|(id, units)| TransferMsg {
                     id: id.clone(),
-                    tenant: self.tenant.clone(),
-                    sku: self.sku.clone(),
+                    tenant: self.tenant.to_string(),
+                    sku: self.book.sku.to_string(),
                     units: *units,
                 })
                 .collect(),
@@ -683,79 +639,42 @@ impl Agent {
         self.last_rtt_ms = (now_us - sent_us) / 1_000;
         self.link_down = false;
         if let Some(d) = resp.skus.first() {
-            // A full queue drops the directive; the next sync repeats it.
-            if self.queue.len() < self.cfg.max_waiting {
-                self.queue
-                    .push_back(Command::Sync(d.clone(), resp.grants.clone()));
-            } else {
-                self.stats.directives_dropped += 1;
-            }
+            self.control = Some((d.clone(), resp.grants.clone()));
         }
         self.pending_acks.retain(|id| !resp.confirmed.contains(id));
         for id in &resp.applied_returns {
             self.returns.remove(id);
         }
         out.push(self.timer(now_us + self.cfg.sync_interval_ms * 1_000, Timer::SyncTick));
-        self.start_batch(now_us, out);
-    }
-
-    /// Confirms buyer `b`'s hold; the owner's next batch commits what follows from it.
-    pub fn confirm(
-        &mut self,
-        now_us: u64,
-        b: u32,
-        out: &mut Vec<Effect>,
-    ) -> Option<(Verdict, Reservation)> {
-        let res = self.book.confirm(&request_key(b), now_ms(now_us));
-        self.start_batch(now_us, out);
-        res
-    }
-
-    /// Releases buyer `b`'s hold; in central mode the same batch returns the units.
-    pub fn release(
-        &mut self,
-        now_us: u64,
-        b: u32,
-        out: &mut Vec<Effect>,
-    ) -> Option<(Verdict, Reservation)> {
-        let res = self.book.release(&request_key(b), now_ms(now_us));
-        self.start_batch(now_us, out);
-        res
-    }
-
-    /// Extends buyer `b`'s hold by the SKU's hold time.
-    pub fn extend(&mut self, now_us: u64, b: u32) -> Option<(Verdict, Reservation)> {
-        let res = self
-            .book
-            .extend(&request_key(b), self.hold_ttl, now_ms(now_us));
-        if let Some((v, r)) = &res {
-            if v.result.is_ok() {
-                self.expiries.push(Reverse(r.expires_at_ms));
-            }
-        }
-        res
+        self.pump(now_us, out);
     }
 
     /// The process dies: memory is lost; waiting buyers see a reset connection.
     pub fn crash(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         self.up = false;
-        let mut lost: Vec<u32> = Vec::new();
-        for c in self.queue.drain(..) {
-            if let Command::Reserve(r) = c {
-                lost.push(r.buyer);
-            }
+        let mut lost: Vec<Ticket> = self.queue.drain(..).map(|c| command_ticket(&c)).collect();
+        lost.extend(self.waiting.drain());
+        lost.sort_unstable();
+        for t in lost {
+            let (buyer, action) = decode(t);
+            out.push(match action {
+                None => Effect::Answer {
+                    buyer,
+                    at_us: now_us,
+                    answer: Answer::Unreachable,
+                },
+                Some(action) => Effect::Acted {
+                    buyer,
+                    at_us: now_us,
+                    action,
+                    reply: ActReply::Paused,
+                },
+            });
         }
-        lost.extend(self.overflow.drain(..).map(|r| r.buyer));
-        if let Some(b) = self.batch.take() {
-            lost.extend(b.reserves.iter().map(|r| r.buyer));
-        }
-        for buyer in lost {
-            Self::answer(out, buyer, now_us, Answer::Unreachable);
-        }
-        self.pending_grants.clear();
-        self.return_until = None;
+        self.control = None;
+        self.committing = None;
+        self.take_call = None;
         self.sync_call = None;
-        self.sold_out = false;
         self.link_down = true;
     }
 
@@ -764,16 +683,11 @@ impl Agent {
         self.up = true;
         self.epoch += 1;
         self.sync_seq = 0;
-        self.rate = RateMeter::new(now_ms(now_us), RATE_HALF_LIFE_MS);
-        self.expiries = self
-            .book
-            .reservations()
-            .filter(|r| r.status == escrow_core::Status::Held)
-            .map(|r| Reverse(r.expires_at_ms))
-            .collect();
+        let record = Self::record(&self.tenant, &self.book, self.mode);
+        self.owner = Self::start_owner(self.index, self.epoch, record, &self.cfg, now_ms(now_us));
         self.start(
             now_us + self.cfg.sync_interval_ms * 1_000,
-            now_us + OWNER_TICK_MS * 1_000,
+            now_us + SWEEP_INTERVAL_MS * 1_000,
             out,
         );
     }
@@ -789,11 +703,14 @@ impl Agent {
 
     /// Whether the agent holds no transfer state: nothing to ack, nothing returned unconfirmed.
     pub fn transfers_settled(&self) -> bool {
-        self.pending_acks.is_empty() && self.returns.is_empty() && self.pending_grants.is_empty()
+        self.pending_acks.is_empty() && self.returns.is_empty()
     }
 }
 
-/// Whether the earliest known expiry is due at `now`.
-fn now_ms_due(expiries: &BinaryHeap<Reverse<u64>>, now: u64) -> bool {
-    expiries.peek().is_some_and(|Reverse(at)| *at <= now)
+fn command_ticket(c: &Command) -> Ticket {
+    match c {
+        Command::Reserve { ticket, .. }
+        | Command::Act { ticket, .. }
+        | Command::Admin { ticket, .. } => *ticket,
+    }
 }

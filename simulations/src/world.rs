@@ -15,11 +15,11 @@
 //! contract's audit over the coordinator's view is 0, and nothing is held or
 //! sold beyond the total.
 
-use escrow_core::reservation::Transition;
-use escrow_core::SkuSettings;
+use escrow_core::owner::{ActReply, SWEEP_INTERVAL_MS};
+use escrow_core::{SkuSettings, Status};
 use indicatif::ProgressBar;
 
-use crate::agent::{Agent, Answer, Effect, Timer};
+use crate::agent::{Agent, Answer, BuyerAction, Effect, Timer};
 use crate::coordinator::{Coordinator, SkuIdentity};
 use crate::demand::{choices, AfterHold, Buyer, Demand, HUMAN};
 use crate::metrics::{Metrics, Recorder};
@@ -216,7 +216,7 @@ impl World {
         }
         let mut phase = Rng::stream(seed, streams::PHASE, 0);
         let sync_us = s.agent.sync_interval_ms * 1_000;
-        let tick_us = crate::agent::OWNER_TICK_MS * 1_000;
+        let tick_us = SWEEP_INTERVAL_MS * 1_000;
         for a in &w.agents {
             a.start(phase.below(sync_us), phase.below(tick_us), &mut w.effects);
         }
@@ -335,7 +335,8 @@ impl World {
             Event::Extend(b) => {
                 let r = self.buyers[b as usize].region as usize;
                 if self.agents[r].up {
-                    let _ = self.agents[r].extend(t, b);
+                    self.agents[r].act(t, b, BuyerAction::Extend, &mut self.effects);
+                    self.apply_effects();
                 }
             }
             Event::Agent {
@@ -364,6 +365,13 @@ impl World {
                     at_us,
                     answer,
                 } => self.on_answer(buyer, at_us, answer),
+                // Answers reach buyers when given: the world's time is theirs.
+                Effect::Acted {
+                    buyer,
+                    action,
+                    reply,
+                    ..
+                } => self.on_acted(buyer, action, reply),
                 Effect::Send { at_us, envelope } => self.send(at_us, envelope),
                 Effect::Timer {
                     region,
@@ -613,37 +621,52 @@ impl World {
     }
 
     fn on_confirm(&mut self, b: u32) {
-        let buyer = self.buyers[b as usize];
-        let a = &mut self.agents[buyer.region as usize];
-        if !a.up {
-            return self.retry_action(b, Event::Confirm(b));
-        }
-        let (verdict, _) = a
-            .confirm(self.now_us, b, &mut self.effects)
-            .expect("a buyer who heard HELD has a reservation");
-        self.apply_effects();
-        if verdict.change == Some(Transition::Confirm) {
-            self.sold_to_buyers += u64::from(buyer.qty);
-        } else if verdict.result.is_err() {
-            self.confirms_refused += 1;
-        }
-        self.done(b, false);
+        self.request_action(b, BuyerAction::Confirm);
     }
 
     fn on_release(&mut self, b: u32) {
-        let buyer = self.buyers[b as usize];
-        let a = &mut self.agents[buyer.region as usize];
-        if !a.up {
-            return self.retry_action(b, Event::Release(b));
+        self.request_action(b, BuyerAction::Release);
+    }
+
+    fn request_action(&mut self, b: u32, action: BuyerAction) {
+        let r = self.buyers[b as usize].region as usize;
+        if !self.agents[r].up {
+            // A missed extend only shortens the hold; a buyer tries it once.
+            if action != BuyerAction::Extend {
+                self.retry_action(b, action_event(b, action));
+            }
+            return;
         }
-        let (verdict, _) = a
-            .release(self.now_us, b, &mut self.effects)
-            .expect("a buyer who heard HELD has a reservation");
+        self.agents[r].act(self.now_us, b, action, &mut self.effects);
         self.apply_effects();
-        if verdict.change == Some(Transition::Release) {
-            self.released_holds += 1;
+    }
+
+    /// An action's answer: count what it did; retry what was refused unserved.
+    fn on_acted(&mut self, b: u32, action: BuyerAction, reply: ActReply) {
+        let qty = u64::from(self.buyers[b as usize].qty);
+        match (action, reply) {
+            // An extend only keeps the hold; its answer changes nothing for the buyer.
+            (BuyerAction::Extend, _) => {}
+            (_, ActReply::Paused | ActReply::WaitTimeout) => {
+                self.retry_action(b, action_event(b, action));
+            }
+            (BuyerAction::Confirm, ActReply::Accepted(r)) => {
+                debug_assert_eq!(r.status, Status::Sold);
+                self.sold_to_buyers += qty;
+                self.done(b, false);
+            }
+            (BuyerAction::Release, ActReply::Accepted(r)) => {
+                if r.status == Status::Released {
+                    self.released_holds += 1;
+                }
+                self.done(b, false);
+            }
+            (BuyerAction::Confirm, ActReply::Refused(_)) => {
+                self.confirms_refused += 1;
+                self.done(b, false);
+            }
+            (_, ActReply::Refused(_) | ActReply::NotFound) => self.done(b, false),
         }
-        self.done(b, false);
     }
 
     fn fault(&mut self, index: usize, start: bool) {
@@ -911,5 +934,14 @@ impl World {
             end_ms: self.ms_after_start(self.now_us),
             events: self.events,
         }
+    }
+}
+
+/// The event that asks for `action` again.
+fn action_event(b: u32, action: BuyerAction) -> Event {
+    match action {
+        BuyerAction::Confirm => Event::Confirm(b),
+        BuyerAction::Release => Event::Release(b),
+        BuyerAction::Extend => Event::Extend(b),
     }
 }

@@ -80,7 +80,7 @@ fn sku_json(state: &AppState, handle: &OwnerHandle) -> serde_json::Value {
         "tenant": handle.view.tenant,
         "sku": handle.view.sku,
         "region": state.region(),
-        "total": s.total,
+        "total": s.quota,
         "pool": 0,
         "in_transit": 0,
         "available": s.available,
@@ -92,7 +92,7 @@ fn sku_json(state: &AppState, handle: &OwnerHandle) -> serde_json::Value {
                 "hold_ttl_ms": s.hold_ttl_ms,
         "regions": {
             state.region().as_str(): {
-                "leased": s.total, "available": s.available, "held": s.held, "sold": s.sold,
+                "leased": s.quota, "available": s.available, "held": s.held, "sold": s.sold,
                 "last_report_at": chrono::Utc::now(), "report_age_ms": 0,
             }
         },

@@ -8,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use escrow_core::owner::gate;
 use escrow_core::{Deadline, Qty, RequestKey, Reservation, Sku, Tenant, TtlMs, UserId};
 use serde::Deserialize;
 use serde_json::json;
@@ -15,9 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::ApiError;
 use super::json::{JsonBody, OptionalJsonBody};
-use crate::owner::{
-    outcome_name, ActReply, Action, Command, OwnerHandle, ReserveReply, ReserveRequest,
-};
+use crate::owner::{ActReply, Action, Command, OwnerHandle, ReserveReply, ReserveRequest};
 use crate::AppState;
 
 /// `POST /v1/reservations` body.
@@ -130,21 +129,13 @@ pub async fn reserve(
             return Ok(replay_or_reused(&state, &r, &user, &sku, qty));
         }
     }
-    if view.is_stopped() {
-        metrics::counter!("escrow_reservations_total", "outcome" => "PAUSED").increment(1);
-        return Err(ApiError::Paused);
-    }
-    let link = state.link();
-    if view.is_central() && link.is_some_and(|l| l.is_down()) {
-        // Central mode sells only with the coordinator's answer: never guess.
-        metrics::counter!("escrow_reservations_total", "outcome" => "PAUSED").increment(1);
-        return Err(ApiError::Paused);
-    }
-    // Standalone, this region's stock is all there is; with a coordinator,
-    // only its word that nothing is free anywhere makes a sale sold out.
-    if view.available() < qty.units() && (link.is_none() || view.is_sold_out_everywhere()) {
-        metrics::counter!("escrow_reservations_total", "outcome" => "SOLD_OUT").increment(1);
-        return Ok(outcome_only(StatusCode::CONFLICT, "SOLD_OUT"));
+    let link_down = state.link().is_some_and(|l| l.is_down());
+    if let Some(reply) = gate(&view.gate_view(link_down), qty.units()) {
+        metrics::counter!("escrow_reservations_total", "outcome" => reply.outcome()).increment(1);
+        return match reply {
+            ReserveReply::SoldOut => Ok(outcome_only(StatusCode::CONFLICT, reply.outcome())),
+            _ => Err(ApiError::Paused),
+        };
     }
     let deadline = Deadline::after(state.now_ms(), state.wait_timeout_ms());
     let (tx, rx) = oneshot::channel();
@@ -157,7 +148,7 @@ pub async fn reserve(
     enqueue(&handle, Command::Reserve(request, deadline, tx))?;
     // The owner answers every queued request; a dropped sender means it stopped.
     let reply = rx.await.map_err(|_| ApiError::Paused)?;
-    let outcome = outcome_name(&reply);
+    let outcome = reply.outcome();
     Ok(match reply {
         ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, outcome, &r),
         ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, outcome, &r),

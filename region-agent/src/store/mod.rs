@@ -10,10 +10,9 @@ pub mod postgres;
 
 use async_trait::async_trait;
 use escrow_core::protocol::TransferMsg;
-use escrow_core::{
-    Ledger, Mode, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition,
-    UserId,
-};
+use escrow_core::{Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+
+pub use escrow_core::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
 
 /// The fencing token this process holds for its region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,125 +34,6 @@ pub enum StoreError {
     /// The database could not be reached or failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-}
-
-/// One SKU as stored: counters, settings, and what its rows add up to.
-#[derive(Debug, Clone)]
-pub struct SkuRecord {
-    /// The SKU's tenant.
-    pub tenant: Tenant,
-    /// The SKU.
-    pub sku: Sku,
-    /// The stored counters.
-    pub ledger: Ledger,
-    /// The admin's settings.
-    pub settings: SkuSettings,
-    /// Whether an admin paused it.
-    pub paused: bool,
-    /// Escrow or central (coordinator mode).
-    pub mode: Mode,
-    /// Units in HELD rows.
-    pub rows_held: u64,
-    /// Units in SOLD rows.
-    pub rows_sold: u64,
-}
-
-impl SkuRecord {
-    /// Whether the stored counters agree with the reservation rows.
-    pub fn rows_agree(&self) -> bool {
-        self.ledger.is_balanced()
-            && self.ledger.held == self.rows_held
-            && self.ledger.sold == self.rows_sold
-    }
-}
-
-/// A hold the owner wants to create.
-#[derive(Debug, Clone)]
-pub struct NewHold {
-    /// The buyer's key.
-    pub request_key: RequestKey,
-    /// The buyer.
-    pub user_id: UserId,
-    /// Units.
-    pub qty: Qty,
-    /// Expiry, ms since the epoch.
-    pub expires_at_ms: u64,
-}
-
-/// An admin change to a SKU's counters or settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StockChange {
-    /// New units arrive in available.
-    Receive(u64),
-    /// Available units leave the region.
-    GiveBack(u64),
-    /// New settings.
-    Settings(SkuSettings),
-    /// Stop or resume selling.
-    Pause(bool),
-    /// Switch between escrow and central selling.
-    Mode(Mode),
-}
-
-/// Everything one owner commits in one transaction.
-#[derive(Debug, Clone)]
-pub struct Batch {
-    /// The SKU's tenant.
-    pub tenant: Tenant,
-    /// The SKU.
-    pub sku: Sku,
-    /// The owner's clock at decision time, ms since the epoch.
-    pub now_ms: u64,
-    /// Holds to insert if their key and user are free.
-    pub holds: Vec<NewHold>,
-    /// Decided transitions of existing reservations, with their quantities.
-    pub transitions: Vec<(RequestKey, Qty, Transition)>,
-    /// Whether to expire every due hold of the SKU.
-    pub sweep: bool,
-    /// Admin changes.
-    pub changes: Vec<StockChange>,
-    /// Grants from the coordinator to credit, each at most once.
-    pub grants: Vec<TransferMsg>,
-    /// Returns to the coordinator to debit and put in the outbox.
-    pub returns: Vec<TransferMsg>,
-}
-
-impl Batch {
-    /// An empty batch for one SKU at `now_ms`.
-    pub fn new(tenant: Tenant, sku: Sku, now_ms: u64) -> Self {
-        Self {
-            tenant,
-            sku,
-            now_ms,
-            holds: Vec::new(),
-            transitions: Vec::new(),
-            sweep: false,
-            changes: Vec::new(),
-            grants: Vec::new(),
-            returns: Vec::new(),
-        }
-    }
-
-    /// Whether committing it would change nothing.
-    pub fn is_empty(&self) -> bool {
-        self.holds.is_empty()
-            && self.transitions.is_empty()
-            && !self.sweep
-            && self.changes.is_empty()
-            && self.grants.is_empty()
-            && self.returns.is_empty()
-    }
-}
-
-/// What a committed batch did that the owner could not know in advance.
-#[derive(Debug, Clone, Default)]
-pub struct BatchOutcome {
-    /// For each of `Batch::holds`, whether its row was inserted.
-    pub inserted: Vec<bool>,
-    /// Holds the sweep expired, with their quantities.
-    pub expired: Vec<(RequestKey, Qty)>,
-    /// Ids of grants credited now (not seen before).
-    pub applied_grants: Vec<String>,
 }
 
 /// Where a database's stock came from (see [`Store::provenance`]).

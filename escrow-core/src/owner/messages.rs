@@ -1,0 +1,199 @@
+//! What goes into a SKU owner and what comes out of it.
+//!
+//! Buyers and admins send [`Command`]s, each with a [`Ticket`] the driver
+//! chose; the owner answers each ticket exactly once with a [`Reply`]. The
+//! owner asks its driver for I/O with [`Io`] and is told how it ended
+//! through the owner's `handle_*` methods.
+
+use crate::admission::Deadline;
+use crate::batch::Batch;
+use crate::ids::{Qty, RequestKey, SkuSettings, TtlMs, UserId};
+use crate::protocol::TakeRequest;
+use crate::reservation::Reservation;
+
+/// The driver's name for one command, echoed in its reply.
+pub type Ticket = u64;
+
+/// A buyer's request for new units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveRequest {
+    /// The buyer's key.
+    pub request_key: RequestKey,
+    /// The buyer.
+    pub user_id: UserId,
+    /// Units asked for.
+    pub qty: Qty,
+    /// Hold duration asked for, else the SKU's.
+    pub ttl: Option<TtlMs>,
+}
+
+/// The answer to a [`ReserveRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveReply {
+    /// A new hold.
+    Held(Reservation),
+    /// The key's existing reservation.
+    Replay(Reservation),
+    /// Nothing available anywhere; nothing written.
+    SoldOut,
+    /// The user already has an active reservation; nothing written.
+    UserLimit,
+    /// The key was used for another user, SKU or quantity.
+    KeyReused,
+    /// The SKU cannot sell now; nothing written.
+    Paused,
+    /// Waited in the queue too long; nothing written.
+    WaitTimeout,
+}
+
+impl ReserveReply {
+    /// The contract's outcome name.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ReserveReply::Held(_) => "HELD",
+            ReserveReply::Replay(_) => "REPLAY",
+            ReserveReply::SoldOut => "SOLD_OUT",
+            ReserveReply::UserLimit => "USER_LIMIT",
+            ReserveReply::KeyReused => "KEY_REUSED",
+            ReserveReply::Paused => "PAUSED",
+            ReserveReply::WaitTimeout => "REJECTED_WAIT_TIMEOUT",
+        }
+    }
+}
+
+/// A buyer action on an existing reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// HELD -> SOLD.
+    Confirm,
+    /// HELD -> RELEASED.
+    Release,
+    /// Later expiry, once.
+    Extend(Option<TtlMs>),
+}
+
+/// The answer to an [`Action`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActReply {
+    /// Done (or already done); the reservation now.
+    Accepted(Reservation),
+    /// Not possible in the reservation's state; the reservation now.
+    Refused(Reservation),
+    /// No such reservation.
+    NotFound,
+    /// The SKU cannot be written now; nothing written.
+    Paused,
+    /// Waited in the queue too long; nothing written.
+    WaitTimeout,
+}
+
+impl ActReply {
+    /// The metric label of this answer.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ActReply::Accepted(_) => "ACCEPTED",
+            ActReply::Refused(_) => "REFUSED",
+            ActReply::NotFound => "NOT_FOUND",
+            ActReply::Paused => "PAUSED",
+            ActReply::WaitTimeout => "REJECTED_WAIT_TIMEOUT",
+        }
+    }
+}
+
+/// An admin change routed through the owner so the counters keep one writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminChange {
+    /// Set the SKU's total and settings together (standalone), all or nothing.
+    Configure {
+        /// The new total.
+        total: u64,
+        /// The new settings.
+        settings: SkuSettings,
+    },
+    /// Add units.
+    AddStock(u64),
+    /// Stop or resume selling.
+    Pause(bool),
+}
+
+/// The answer to an [`AdminChange`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminReply {
+    /// Applied.
+    Done,
+    /// The new total is below what is held or sold.
+    BelowCommitted {
+        /// Units held or sold, the lowest total allowed.
+        committed: u64,
+    },
+    /// The SKU cannot be written now.
+    Paused,
+}
+
+/// A command for the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A buyer wants units.
+    Reserve {
+        /// Echoed in the reply.
+        ticket: Ticket,
+        /// What the buyer asks for.
+        request: ReserveRequest,
+        /// When the request stops waiting.
+        deadline: Deadline,
+        /// The driver knows the key has a committed reservation: answer
+        /// from its row instead of trying to hold.
+        known: bool,
+    },
+    /// A buyer acts on a reservation.
+    Act {
+        /// Echoed in the reply.
+        ticket: Ticket,
+        /// The reservation's key.
+        key: RequestKey,
+        /// What to do.
+        action: Action,
+        /// When the request stops waiting.
+        deadline: Deadline,
+    },
+    /// An admin changes the SKU.
+    Admin {
+        /// Echoed in the reply.
+        ticket: Ticket,
+        /// The change.
+        change: AdminChange,
+    },
+}
+
+/// The owner's answer to one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// To a reserve.
+    Reserve(ReserveReply),
+    /// To an action.
+    Act(ActReply),
+    /// To an admin change.
+    Admin(AdminReply),
+}
+
+/// I/O the owner needs done before it can go on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Io {
+    /// Read these keys' committed reservations; then `handle_read`.
+    Read(Vec<RequestKey>),
+    /// Ask the coordinator for units; then `handle_take_answer`.
+    Take(TakeRequest),
+    /// Commit this batch in one transaction; then `handle_commit_result`.
+    Commit(Batch),
+    /// Load the SKU's stored state again; then `handle_reload`.
+    Reload,
+}
+
+/// Why a commit did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitError {
+    /// A newer process holds the region: this one never writes again.
+    Fenced,
+    /// Unknown outcome or refused: memory may be wrong, reload first.
+    Failed,
+}

@@ -1,0 +1,920 @@
+//! The single writer of one SKU in one region, as a state machine without I/O.
+//!
+//! Modelled on quinn-proto's `Connection`: the owner owns no socket, no
+//! database and no clock. A driver feeds it commands and the results of the
+//! I/O it asked for, each with the current time (`handle_*`), and asks it
+//! what to do next (`poll_io`, `poll_reply`, `poll_timeout`). The region
+//! agent drives it with tokio, a database and HTTP; the simulator drives the
+//! very same code under a simulated clock, network and database. So every
+//! decision (first-fit planning, overflow, when to take, what to return, the
+//! central-mode grace, the sweep) is written once.
+//!
+//! One batch is in progress at a time. Its life:
+//! 1. `handle_commands` takes up to `batch_size_max` commands (plus the
+//!    overflow of the last batch); requests past their deadline are refused
+//!    unserved, admin changes commit first, one at a time.
+//! 2. Actions need their rows: [`Io::Read`].
+//! 3. Holds are planned first fit; what does not fit asks the coordinator
+//!    for the missing units with one [`Io::Take`].
+//! 4. One [`Io::Commit`] carries holds, transitions in decision order,
+//!    grants, returns and the sweep; buyers are answered only once it is
+//!    durable. Keys that were not inserted are read back to answer REPLAY,
+//!    KEY_REUSED or USER_LIMIT.
+//!
+//! A failed commit answers its batch PAUSED (nothing of it was written) and
+//! reloads the SKU before deciding again.
+
+pub mod gate;
+pub mod messages;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::admission::{plan_reserves, Deadline, ReservePlan};
+use crate::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
+use crate::ids::{RequestKey, Sku, SkuSettings, Tenant, TtlMs, MAX_PER_USER_MAX};
+use crate::ledger::{Ledger, LedgerError};
+use crate::policy::{units_to_return, Mode};
+use crate::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
+use crate::rate::RateMeter;
+use crate::reservation::{Refusal, Reservation, Status};
+
+pub use gate::{gate, GateView};
+pub use messages::{
+    ActReply, Action, AdminChange, AdminReply, Command, CommitError, Io, Reply, ReserveReply,
+    ReserveRequest, Ticket,
+};
+
+/// How often an idle owner wakes to sweep expired holds and return units.
+pub const SWEEP_INTERVAL_MS: u64 = 250;
+
+/// Half-life of the owner's sale-rate meter (what the policy sees as demand).
+pub const RATE_HALF_LIFE_MS: u64 = 2_000;
+
+/// What an owner needs to know about where it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerConfig {
+    /// Most commands decided and committed in one batch.
+    pub batch_size_max: usize,
+    /// The agent has a coordinator to take from and return to.
+    pub coordinated: bool,
+    /// Unique to this owner's incarnation (region, process and SKU): the
+    /// owner numbers its transfer ids after it, so they never repeat.
+    pub transfer_id_prefix: String,
+}
+
+/// A reserve request waiting in the owner.
+#[derive(Debug)]
+struct PendingReserve {
+    ticket: Ticket,
+    request: ReserveRequest,
+    deadline: Deadline,
+    known: bool,
+}
+
+/// An action waiting in the owner.
+#[derive(Debug)]
+struct PendingAct {
+    ticket: Ticket,
+    key: RequestKey,
+    action: Action,
+}
+
+/// How the take of a batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TakeEnd {
+    /// No unit is free anywhere: what did not fit is sold out.
+    Exhausted,
+    /// Units may exist elsewhere, or the coordinator could not be asked.
+    Unsure,
+}
+
+/// The batch in progress.
+#[derive(Debug)]
+struct Work {
+    now_ms: u64,
+    admins: VecDeque<(Ticket, AdminChange)>,
+    /// Reserves that try to hold, in arrival order.
+    fresh: Vec<PendingReserve>,
+    /// Reserves of keys known to be committed: answered from their rows.
+    lookups: Vec<PendingReserve>,
+    /// Second copies of a key in this batch: next batch, when the first's fate is known.
+    later: Vec<PendingReserve>,
+    acts: Vec<PendingAct>,
+    rows: HashMap<RequestKey, Reservation>,
+    plan: ReservePlan,
+    granted: u64,
+    take: TakeEnd,
+    batch: Batch,
+    /// `fresh` split by the plan, in the order of `batch.holds`.
+    holding: Vec<PendingReserve>,
+    overflow: Vec<PendingReserve>,
+    act_results: Vec<Option<(Result<(), Refusal>, Reservation)>>,
+    /// Reserves answered from their rows after the commit.
+    existing: Vec<PendingReserve>,
+}
+
+impl Work {
+    fn new(tenant: Tenant, sku: Sku, now_ms: u64) -> Self {
+        Self {
+            now_ms,
+            admins: VecDeque::new(),
+            fresh: Vec::new(),
+            lookups: Vec::new(),
+            later: Vec::new(),
+            acts: Vec::new(),
+            rows: HashMap::new(),
+            plan: ReservePlan::default(),
+            granted: 0,
+            take: TakeEnd::Exhausted,
+            batch: Batch::new(tenant, sku, now_ms),
+            holding: Vec::new(),
+            overflow: Vec::new(),
+            act_results: Vec::new(),
+            existing: Vec::new(),
+        }
+    }
+}
+
+/// Where the batch in progress stands.
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Reloading(Work),
+    /// An admin change's commit, with its ticket and batch.
+    Admin(Work, Ticket, Batch),
+    ReadingActs(Work),
+    Taking(Work),
+    Committing(Work),
+    ReadingExisting(Work),
+}
+
+/// The single writer of one SKU.
+#[derive(Debug)]
+pub struct SkuOwner {
+    cfg: OwnerConfig,
+    tenant: Tenant,
+    sku: Sku,
+    ledger: Ledger,
+    settings: SkuSettings,
+    paused: bool,
+    mode: Mode,
+    /// Counters disagree with rows: never sell until an operator looks.
+    drifted: bool,
+    rows_drift: u64,
+    /// A commit failed with an unknown outcome: reload before deciding again.
+    needs_reload: bool,
+    /// A newer process holds the region.
+    fenced: bool,
+    /// Cumulative returned units the coordinator asked for; `None` until told.
+    return_until: Option<u64>,
+    sold_out_everywhere: bool,
+    /// Grants from directives, credited with the next batch.
+    pending_grants: Vec<TransferMsg>,
+    /// Directive changes to persist with the next batch.
+    pending_changes: Vec<StockChange>,
+    rate: RateMeter,
+    rate_per_s: f64,
+    /// Since when this region has had free units.
+    free_since_ms: Option<u64>,
+    next_sweep_ms: u64,
+    next_tick_ms: u64,
+    overflow: VecDeque<PendingReserve>,
+    phase: Phase,
+    io: Option<Io>,
+    replies: VecDeque<(Ticket, Reply)>,
+    transfer_seq: u64,
+}
+
+impl SkuOwner {
+    /// The owner of a SKU loaded from storage at `now_ms`.
+    pub fn new(cfg: OwnerConfig, record: SkuRecord, now_ms: u64) -> Self {
+        assert!(cfg.batch_size_max > 0, "a batch holds at least one command");
+        let mut owner = Self {
+            cfg,
+            tenant: record.tenant.clone(),
+            sku: record.sku.clone(),
+            ledger: Ledger::default(),
+            settings: record.settings,
+            paused: record.paused,
+            mode: record.mode,
+            drifted: false,
+            rows_drift: 0,
+            needs_reload: false,
+            fenced: false,
+            return_until: None,
+            sold_out_everywhere: false,
+            pending_grants: Vec::new(),
+            pending_changes: Vec::new(),
+            rate: RateMeter::new(now_ms, RATE_HALF_LIFE_MS),
+            rate_per_s: 0.0,
+            free_since_ms: None,
+            next_sweep_ms: 0,
+            next_tick_ms: now_ms + SWEEP_INTERVAL_MS,
+            overflow: VecDeque::new(),
+            phase: Phase::Idle,
+            io: None,
+            replies: VecDeque::new(),
+            transfer_seq: 0,
+        };
+        owner.adopt(record);
+        owner
+    }
+
+    // ----- what the driver may read -----
+
+    /// The SKU's tenant.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+    /// The SKU.
+    pub fn sku(&self) -> &Sku {
+        &self.sku
+    }
+    /// The region's counters as of the last commit.
+    pub fn ledger(&self) -> Ledger {
+        self.ledger
+    }
+    /// The SKU's settings.
+    pub fn settings(&self) -> SkuSettings {
+        self.settings
+    }
+    /// Paused by an admin.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+    /// Stopped by the owner itself: drift, fencing, or a reload pending.
+    pub fn is_halted(&self) -> bool {
+        self.drifted || self.needs_reload || self.fenced
+    }
+    /// Counters disagree with the reservation rows.
+    pub fn is_drifted(&self) -> bool {
+        self.drifted
+    }
+    /// Units by which the counters disagreed with the rows at the last load.
+    pub fn rows_drift(&self) -> u64 {
+        self.rows_drift
+    }
+    /// Escrow or central.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// The coordinator said no unit is free anywhere.
+    pub fn is_sold_out_everywhere(&self) -> bool {
+        self.sold_out_everywhere
+    }
+    /// Units held per second, as of the last commit.
+    pub fn sale_rate_per_s(&self) -> f64 {
+        self.rate_per_s
+    }
+    /// No batch in progress: the owner takes commands.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle)
+    }
+    /// Requests left over from the last batch wait to be tried again: the
+    /// driver starts the next batch without waiting for new commands.
+    pub fn has_overflow(&self) -> bool {
+        !self.overflow.is_empty()
+    }
+    /// How many new commands the next batch takes: the batch bound less
+    /// the overflow that is tried again first.
+    pub fn batch_room(&self) -> usize {
+        self.cfg.batch_size_max.saturating_sub(self.overflow.len())
+    }
+
+    /// What the gate in front of this owner may answer from, given the link.
+    pub fn gate_view(&self, link_down: bool) -> GateView {
+        GateView {
+            available: self.ledger.available,
+            stopped: self.paused || self.is_halted(),
+            central: self.mode == Mode::Central,
+            coordinated: self.cfg.coordinated,
+            link_down,
+            sold_out_everywhere: self.sold_out_everywhere,
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The I/O to do next, if any; each is answered by its `handle_*`.
+    pub fn poll_io(&mut self) -> Option<Io> {
+        self.io.take()
+    }
+
+    /// The next answer to a command.
+    pub fn poll_reply(&mut self) -> Option<(Ticket, Reply)> {
+        self.replies.pop_front()
+    }
+
+    /// When the owner wants `handle_timeout` at the latest, ms since the epoch.
+    pub fn poll_timeout(&self) -> u64 {
+        self.next_tick_ms
+    }
+
+    // ----- inputs -----
+
+    /// A directive (and the grants not yet acknowledged) from a sync; may
+    /// arrive at any time. Changes are persisted with the next batch.
+    pub fn handle_directive(&mut self, d: &SkuDirective, grants: Vec<TransferMsg>) {
+        if d.paused != self.paused {
+            self.paused = d.paused;
+            self.pending_changes.push(StockChange::Pause(d.paused));
+        }
+        if d.mode != self.mode {
+            self.mode = d.mode;
+            self.pending_changes.push(StockChange::Mode(d.mode));
+        }
+        if let Ok(hold_ttl) = TtlMs::parse(d.hold_ttl_ms as i64) {
+            let settings = SkuSettings {
+                max_per_user: d.max_per_user.clamp(1, MAX_PER_USER_MAX),
+                hold_ttl,
+            };
+            if settings != self.settings {
+                self.settings = settings;
+                self.pending_changes.push(StockChange::Settings(settings));
+            }
+        }
+        self.return_until = Some(d.return_until);
+        self.sold_out_everywhere = d.sold_out;
+        for grant in grants {
+            if !self.pending_grants.iter().any(|g| g.id == grant.id) {
+                self.pending_grants.push(grant);
+            }
+        }
+    }
+
+    /// Starts a batch with `commands` (at most `batch_size_max` of them,
+    /// fewer when overflow is waiting). Only while idle.
+    pub fn handle_commands(&mut self, now_ms: u64, commands: Vec<Command>) {
+        assert!(self.is_idle(), "one batch at a time");
+        self.next_tick_ms = now_ms + SWEEP_INTERVAL_MS;
+        let mut work = Work::new(self.tenant.clone(), self.sku.clone(), now_ms);
+        let mut reserves: Vec<PendingReserve> = self.overflow.drain(..).collect();
+        for command in commands {
+            match command {
+                Command::Reserve {
+                    ticket,
+                    request,
+                    deadline,
+                    known,
+                } => reserves.push(PendingReserve {
+                    ticket,
+                    request,
+                    deadline,
+                    known,
+                }),
+                Command::Act {
+                    ticket,
+                    key,
+                    action,
+                    deadline,
+                } => {
+                    if deadline.passed(now_ms) {
+                        self.reply(ticket, Reply::Act(ActReply::WaitTimeout));
+                    } else {
+                        work.acts.push(PendingAct {
+                            ticket,
+                            key,
+                            action,
+                        });
+                    }
+                }
+                Command::Admin { ticket, change } => work.admins.push_back((ticket, change)),
+            }
+        }
+        for p in reserves {
+            if p.deadline.passed(now_ms) {
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::WaitTimeout));
+            } else {
+                work.fresh.push(p);
+            }
+        }
+        if self.fenced || self.drifted {
+            return self.refuse(work);
+        }
+        if self.needs_reload {
+            self.phase = Phase::Reloading(work);
+            self.io = Some(Io::Reload);
+            return;
+        }
+        self.next_admin(work);
+    }
+
+    /// A newer process holds the region: this owner never writes again.
+    pub fn handle_fenced(&mut self) {
+        self.fenced = true;
+    }
+
+    /// The driver stops: requests left over from the last batch are
+    /// answered PAUSED (nothing of theirs was written). Only while idle.
+    pub fn handle_close(&mut self) {
+        assert!(self.is_idle(), "close between batches");
+        for p in std::mem::take(&mut self.overflow) {
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+        }
+    }
+
+    /// Nothing came for a while: sweep and return units if due. Only while idle.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        if self.is_idle() {
+            self.handle_commands(now_ms, Vec::new());
+        }
+    }
+
+    /// The stored state after [`Io::Reload`], or `None` if it could not be read.
+    pub fn handle_reload(&mut self, record: Option<SkuRecord>) {
+        let Phase::Reloading(work) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("a reload answer without a reload");
+        };
+        match record {
+            Some(record) => {
+                self.needs_reload = false;
+                self.adopt(record);
+                if self.drifted {
+                    return self.refuse(work);
+                }
+                self.next_admin(work);
+            }
+            None => self.refuse(work),
+        }
+    }
+
+    /// The rows asked for by [`Io::Read`] (missing keys have none), or
+    /// `None` if they could not be read.
+    pub fn handle_read(&mut self, rows: Option<Vec<Reservation>>) {
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::ReadingActs(mut work) => match rows {
+                Some(rows) => {
+                    work.rows = rows
+                        .into_iter()
+                        .filter(|r| r.sku == self.sku)
+                        .map(|r| (r.request_key.clone(), r))
+                        .collect();
+                    self.plan(work);
+                }
+                // Unknown is not "not found": refuse, nothing was written.
+                None => self.refuse(work),
+            },
+            Phase::ReadingExisting(mut work) => {
+                match rows {
+                    Some(rows) => {
+                        let rows: HashMap<&RequestKey, &Reservation> =
+                            rows.iter().map(|r| (&r.request_key, r)).collect();
+                        for p in std::mem::take(&mut work.existing) {
+                            let reply = match rows.get(&p.request.request_key) {
+                                Some(r)
+                                    if r.user_id == p.request.user_id
+                                        && r.sku == self.sku
+                                        && r.qty == p.request.qty =>
+                                {
+                                    ReserveReply::Replay((*r).clone())
+                                }
+                                Some(_) => ReserveReply::KeyReused,
+                                None => ReserveReply::UserLimit,
+                            };
+                            self.reply(p.ticket, Reply::Reserve(reply));
+                        }
+                    }
+                    None => {
+                        for p in std::mem::take(&mut work.existing) {
+                            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                        }
+                    }
+                }
+                self.settle_overflow(work);
+            }
+            other => panic!("a read answer in phase {other:?}"),
+        }
+    }
+
+    /// The coordinator's answer to [`Io::Take`], or `None` if it could not be asked.
+    pub fn handle_take_answer(&mut self, answer: Option<TakeResponse>) {
+        let Phase::Taking(mut work) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("a take answer without a take");
+        };
+        work.take = TakeEnd::Unsure;
+        if let Some(resp) = answer {
+            if let Some(grant) = resp.grant {
+                work.granted = grant.units;
+                work.batch.grants.push(grant);
+            }
+            if resp.exhausted {
+                self.sold_out_everywhere = true;
+                work.take = TakeEnd::Exhausted;
+            }
+            if work.granted > 0 {
+                work.plan = plan_reserves(self.ledger.available + work.granted, &quantities(&work));
+            }
+        }
+        self.build(work);
+    }
+
+    /// How [`Io::Commit`] ended.
+    pub fn handle_commit_result(&mut self, result: Result<BatchOutcome, CommitError>) {
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Admin(work, ticket, batch) => match result {
+                Ok(_) => {
+                    for change in &batch.changes {
+                        self.apply_change(*change);
+                    }
+                    self.reply(ticket, Reply::Admin(AdminReply::Done));
+                    self.next_admin(work);
+                }
+                Err(error) => {
+                    self.commit_failed(error);
+                    self.reply(ticket, Reply::Admin(AdminReply::Paused));
+                    self.refuse(work);
+                }
+            },
+            Phase::Committing(work) => match result {
+                Ok(outcome) => self.committed(work, outcome),
+                Err(error) => {
+                    self.commit_failed(error);
+                    self.refuse(work);
+                }
+            },
+            other => panic!("a commit result in phase {other:?}"),
+        }
+    }
+
+    // ----- the batch's steps -----
+
+    /// Takes stored state as the truth, refusing to sell on drift.
+    fn adopt(&mut self, record: SkuRecord) {
+        self.ledger = record.ledger;
+        self.settings = record.settings;
+        self.paused = record.paused;
+        self.mode = record.mode;
+        self.drifted = !record.rows_agree();
+        self.rows_drift = record.rows_drift();
+    }
+
+    /// Commits the next admin change, or goes on to serve buyers.
+    fn next_admin(&mut self, mut work: Work) {
+        while let Some((ticket, change)) = work.admins.pop_front() {
+            match self.admin_changes(change) {
+                Err(reply) => self.reply(ticket, Reply::Admin(reply)),
+                Ok(changes) if changes.is_empty() => {
+                    self.reply(ticket, Reply::Admin(AdminReply::Done));
+                }
+                Ok(changes) => {
+                    let mut batch = Batch::new(self.tenant.clone(), self.sku.clone(), work.now_ms);
+                    batch.changes = changes;
+                    self.io = Some(Io::Commit(batch.clone()));
+                    self.phase = Phase::Admin(work, ticket, batch);
+                    return;
+                }
+            }
+        }
+        self.serve(work);
+    }
+
+    /// The stored changes an admin change needs, or why it is refused.
+    fn admin_changes(&self, change: AdminChange) -> Result<Vec<StockChange>, AdminReply> {
+        let mut changes = Vec::with_capacity(2);
+        match change {
+            AdminChange::Configure { total, settings } => {
+                let quota = self.ledger.quota();
+                if total >= quota {
+                    changes.push(StockChange::Receive(total - quota));
+                } else if quota - total <= self.ledger.available {
+                    changes.push(StockChange::GiveBack(quota - total));
+                } else {
+                    return Err(AdminReply::BelowCommitted {
+                        committed: self.ledger.held + self.ledger.sold,
+                    });
+                }
+                if settings != self.settings {
+                    changes.push(StockChange::Settings(settings));
+                }
+            }
+            AdminChange::AddStock(units) => changes.push(StockChange::Receive(units)),
+            AdminChange::Pause(paused) => changes.push(StockChange::Pause(paused)),
+        }
+        changes.retain(|c| !matches!(c, StockChange::Receive(0) | StockChange::GiveBack(0)));
+        Ok(changes)
+    }
+
+    /// Sorts the reserves: a known key is answered from its row; the first
+    /// copy of a new key tries to hold; a second copy waits for the next batch.
+    fn serve(&mut self, mut work: Work) {
+        let mut seen = HashSet::new();
+        for p in std::mem::take(&mut work.fresh) {
+            if self.paused {
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+            } else if p.known {
+                work.lookups.push(p);
+            } else if seen.insert(p.request.request_key.clone()) {
+                work.fresh.push(p);
+            } else {
+                work.later.push(p);
+            }
+        }
+        if work.acts.is_empty() {
+            return self.plan(work);
+        }
+        let keys = work.acts.iter().map(|a| a.key.clone()).collect();
+        self.io = Some(Io::Read(keys));
+        self.phase = Phase::ReadingActs(work);
+    }
+
+    /// Plans holds first fit; asks the coordinator for what does not fit.
+    fn plan(&mut self, mut work: Work) {
+        let quantities = quantities(&work);
+        work.plan = plan_reserves(self.ledger.available, &quantities);
+        work.take = TakeEnd::Exhausted;
+        if !work.plan.overflow.is_empty() && self.cfg.coordinated && !self.sold_out_everywhere {
+            let units = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
+            let id = self.next_transfer_id("t");
+            self.io = Some(Io::Take(TakeRequest {
+                id,
+                tenant: self.tenant.to_string(),
+                sku: self.sku.to_string(),
+                units,
+            }));
+            self.phase = Phase::Taking(work);
+            return;
+        }
+        self.build(work);
+    }
+
+    /// Writes the batch: holds, actions in decision order, grants,
+    /// directive changes, returns and the sweep.
+    fn build(&mut self, mut work: Work) {
+        let now_ms = work.now_ms;
+        let local_demand = !work.fresh.is_empty();
+        let mut slots: Vec<Option<PendingReserve>> = std::mem::take(&mut work.fresh)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for &index in &work.plan.try_hold {
+            // Plan indices are distinct positions in `fresh`.
+            let Some(p) = slots[index].take() else {
+                unreachable!("a plan names each request once");
+            };
+            let ttl = p.request.ttl.unwrap_or(self.settings.hold_ttl);
+            work.batch.holds.push(NewHold {
+                request_key: p.request.request_key.clone(),
+                user_id: p.request.user_id.clone(),
+                qty: p.request.qty,
+                expires_at_ms: now_ms + ttl.get(),
+            });
+            work.holding.push(p);
+        }
+        work.overflow = work
+            .plan
+            .overflow
+            .iter()
+            .filter_map(|&i| slots[i].take())
+            .collect();
+
+        // Actions decide on the rows as each earlier action of this batch left them.
+        for a in &work.acts {
+            let Some(row) = work.rows.get_mut(&a.key) else {
+                work.act_results.push(None);
+                continue;
+            };
+            let verdict = match a.action {
+                Action::Confirm => row.confirm(now_ms),
+                Action::Release => row.release(now_ms),
+                Action::Extend(ttl) => row.extend(now_ms, ttl.unwrap_or(self.settings.hold_ttl)),
+            };
+            if let Some(change) = verdict.change {
+                work.batch
+                    .transitions
+                    .push((a.key.clone(), row.qty, change));
+                row.apply(change);
+            }
+            work.act_results.push(Some((verdict.result, row.clone())));
+        }
+
+        for grant in self.pending_grants.drain(..) {
+            if !work.batch.grants.iter().any(|g| g.id == grant.id) {
+                work.batch.grants.push(grant);
+            }
+        }
+        work.batch.changes.append(&mut self.pending_changes);
+        if self.cfg.coordinated {
+            let free = (self.ledger.available + work.granted)
+                .checked_sub(work.plan.units)
+                .expect("a plan holds no more than is available");
+            let free_for_ms = self
+                .free_since_ms
+                .map_or(0, |since| now_ms.saturating_sub(since));
+            let units = units_to_return(
+                self.mode,
+                free,
+                self.return_until,
+                self.ledger.returned,
+                local_demand,
+                free_for_ms,
+            );
+            if units > 0 {
+                let id = self.next_transfer_id("r");
+                work.batch.returns.push(TransferMsg {
+                    id,
+                    tenant: self.tenant.to_string(),
+                    sku: self.sku.to_string(),
+                    units,
+                });
+            }
+        }
+        // Actions expire what they find due themselves, so the sweep runs
+        // on its own schedule only.
+        work.batch.sweep = self.ledger.held > 0 && now_ms >= self.next_sweep_ms;
+        if work.batch.sweep {
+            self.next_sweep_ms = now_ms + SWEEP_INTERVAL_MS;
+        }
+        if work.batch.is_empty() {
+            return self.committed(work, BatchOutcome::default());
+        }
+        self.io = Some(Io::Commit(work.batch.clone()));
+        self.phase = Phase::Committing(work);
+    }
+
+    /// The batch is durable: move the same units in memory, then answer.
+    fn committed(&mut self, mut work: Work, outcome: BatchOutcome) {
+        assert_eq!(
+            outcome.inserted.len(),
+            work.batch.holds.len(),
+            "one insert verdict per hold"
+        );
+        let now_ms = work.now_ms;
+        for id in &outcome.applied_grants {
+            let grant = work
+                .batch
+                .grants
+                .iter()
+                .find(|g| &g.id == id)
+                .expect("the store credits only grants of this batch");
+            self.ledger.receive(grant.units);
+        }
+        let mut held_units = 0;
+        for (hold, inserted) in work.batch.holds.iter().zip(&outcome.inserted) {
+            if *inserted {
+                let moved = self.ledger.hold(hold.qty.units());
+                self.check(moved);
+                held_units += hold.qty.units();
+            }
+        }
+        self.rate.record(now_ms, held_units);
+        self.rate_per_s = self.rate.rate_per_s(now_ms);
+        for ret in &work.batch.returns {
+            let moved = self.ledger.give_back(ret.units);
+            self.check(moved);
+        }
+        for (_, qty, change) in &work.batch.transitions {
+            let moved = change.apply_to_ledger(&mut self.ledger, *qty);
+            self.check(moved);
+        }
+        for (_, qty) in &outcome.expired {
+            let moved = self.ledger.unhold(qty.units());
+            self.check(moved);
+        }
+        self.free_since_ms = match (self.ledger.available, self.free_since_ms) {
+            (0, _) => None,
+            (_, Some(since)) => Some(since),
+            (_, None) => Some(now_ms),
+        };
+
+        for (a, result) in std::mem::take(&mut work.acts)
+            .into_iter()
+            .zip(std::mem::take(&mut work.act_results))
+        {
+            let reply = match result {
+                None => ActReply::NotFound,
+                Some((Ok(()), r)) => ActReply::Accepted(r),
+                Some((Err(_), r)) => ActReply::Refused(r),
+            };
+            self.reply(a.ticket, Reply::Act(reply));
+        }
+
+        let mut existing = std::mem::take(&mut work.lookups);
+        let holding = std::mem::take(&mut work.holding);
+        for ((p, hold), inserted) in holding
+            .into_iter()
+            .zip(&work.batch.holds)
+            .zip(&outcome.inserted)
+        {
+            if *inserted {
+                let r = Reservation {
+                    request_key: hold.request_key.clone(),
+                    user_id: hold.user_id.clone(),
+                    sku: self.sku.clone(),
+                    qty: hold.qty,
+                    status: Status::Held,
+                    expires_at_ms: hold.expires_at_ms,
+                    extended: false,
+                };
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::Held(r)));
+            } else {
+                existing.push(p);
+            }
+        }
+        if existing.is_empty() {
+            return self.settle_overflow(work);
+        }
+        let keys = existing
+            .iter()
+            .map(|p| p.request.request_key.clone())
+            .collect();
+        work.existing = existing;
+        self.io = Some(Io::Read(keys));
+        self.phase = Phase::ReadingExisting(work);
+    }
+
+    /// What did not fit: units freed by replays may still serve it next
+    /// batch; otherwise it is sold out only if nothing is free anywhere,
+    /// else paused.
+    fn settle_overflow(&mut self, mut work: Work) {
+        self.overflow.extend(std::mem::take(&mut work.later));
+        let mut overflow = std::mem::take(&mut work.overflow);
+        overflow.sort_by_key(|p| p.request.qty);
+        for p in overflow {
+            if p.request.qty.units() <= self.ledger.available {
+                self.overflow.push_back(p);
+            } else if work.take == TakeEnd::Exhausted {
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::SoldOut));
+            } else {
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+            }
+        }
+        self.phase = Phase::Idle;
+    }
+
+    /// Answers every command of a batch that was not committed: nothing
+    /// of theirs was written.
+    fn refuse(&mut self, mut work: Work) {
+        for (ticket, _) in std::mem::take(&mut work.admins) {
+            self.reply(ticket, Reply::Admin(AdminReply::Paused));
+        }
+        for a in std::mem::take(&mut work.acts) {
+            self.reply(a.ticket, Reply::Act(ActReply::Paused));
+        }
+        let reserves = [
+            std::mem::take(&mut work.fresh),
+            std::mem::take(&mut work.holding),
+            std::mem::take(&mut work.overflow),
+            std::mem::take(&mut work.lookups),
+            std::mem::take(&mut work.later),
+            std::mem::take(&mut work.existing),
+        ];
+        for p in reserves.into_iter().flatten() {
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+        }
+        self.phase = Phase::Idle;
+    }
+
+    fn commit_failed(&mut self, error: CommitError) {
+        match error {
+            CommitError::Fenced => self.fenced = true,
+            CommitError::Failed => self.needs_reload = true,
+        }
+    }
+
+    fn apply_change(&mut self, change: StockChange) {
+        let applied = match change {
+            StockChange::Receive(units) => {
+                self.ledger.receive(units);
+                Ok(())
+            }
+            StockChange::GiveBack(units) => self.ledger.give_back(units),
+            StockChange::Settings(settings) => {
+                self.settings = settings;
+                Ok(())
+            }
+            StockChange::Pause(paused) => {
+                self.paused = paused;
+                Ok(())
+            }
+            StockChange::Mode(mode) => {
+                self.mode = mode;
+                Ok(())
+            }
+        };
+        self.check(applied);
+    }
+
+    /// Records a ledger move that must succeed after a commit; a failure
+    /// means memory and database disagree, so the SKU stops selling.
+    fn check(&mut self, moved: Result<(), LedgerError>) {
+        if moved.is_err() {
+            self.drifted = true;
+        }
+    }
+
+    fn reply(&mut self, ticket: Ticket, reply: Reply) {
+        self.replies.push_back((ticket, reply));
+    }
+
+    fn next_transfer_id(&mut self, kind: &str) -> String {
+        self.transfer_seq += 1;
+        format!(
+            "{kind}-{}-{}",
+            self.cfg.transfer_id_prefix, self.transfer_seq
+        )
+    }
+}
+
+fn quantities(work: &Work) -> Vec<u64> {
+    work.fresh.iter().map(|p| p.request.qty.units()).collect()
+}

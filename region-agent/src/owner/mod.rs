@@ -1,0 +1,440 @@
+//! The tokio driver of one SKU's owner.
+//!
+//! Every decision lives in escrow-core's [`SkuOwner`], the state machine the
+//! simulator drives too. This task only does its I/O: it takes up to
+//! `batch_size_max` commands from the SKU's bounded queue, hands them to the
+//! owner, and carries out what the owner asks (read rows, take from the
+//! coordinator, commit a batch, reload) until the owner is idle; then it
+//! answers the waiting requests. While one batch commits the next one queues,
+//! so a busy SKU gets large batches and one log flush serves many buyers.
+//!
+//! Directives and grants from the coordinator arrive on their own channel,
+//! which keeps only the latest one and can never be refused by a full
+//! buyer queue. Decisions never run in a request's future: a client that
+//! disconnects drops only its reply channel, never a half-done transaction.
+
+pub mod view;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use escrow_core::batch::{Batch, BatchOutcome, SkuRecord};
+use escrow_core::owner::{
+    Command as OwnerCommand, CommitError, Io, OwnerConfig, Reply, SkuOwner, Ticket,
+    SWEEP_INTERVAL_MS,
+};
+use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
+use escrow_core::{Deadline, RegionName, RequestKey, Reservation};
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use escrow_core::owner::{
+    ActReply, Action, AdminChange, AdminReply, ReserveReply, ReserveRequest,
+};
+pub use view::{SkuSnapshot, SkuView};
+
+use crate::clock::Clock;
+use crate::coordinator_client::{ClientError, CoordinatorLink};
+use crate::fence::Fence;
+use crate::keys::KnownKeys;
+use crate::store::{Store, StoreError};
+
+/// Bounds on one owner's work.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most requests decided and committed in one transaction.
+    pub batch_size_max: usize,
+    /// Most requests waiting in one owner's queue.
+    pub queue_max: usize,
+    /// Longest a request may wait in the queue before it is refused unserved.
+    pub wait_timeout_ms: u64,
+}
+
+/// What an owner's queue carries.
+#[derive(Debug)]
+pub enum Command {
+    /// A buyer wants units.
+    Reserve(ReserveRequest, Deadline, oneshot::Sender<ReserveReply>),
+    /// A buyer acts on a reservation.
+    Act(RequestKey, Action, Deadline, oneshot::Sender<ActReply>),
+    /// An admin changes the SKU.
+    Admin(AdminChange, oneshot::Sender<AdminReply>),
+}
+
+/// The coordinator's latest word for one SKU: its directive and the grants
+/// to this region not yet acknowledged.
+#[derive(Debug, Clone)]
+pub struct Control {
+    /// The directive.
+    pub directive: SkuDirective,
+    /// Grants to credit (each at most once).
+    pub grants: Vec<TransferMsg>,
+}
+
+/// The ways into an owner, and its published view.
+#[derive(Debug, Clone)]
+pub struct OwnerHandle {
+    /// The owner's published state.
+    pub view: Arc<SkuView>,
+    /// The owner's bounded queue of buyer and admin commands.
+    pub queue: mpsc::Sender<Command>,
+    /// The coordinator's latest directive; a newer one replaces an unread one.
+    pub control: Arc<watch::Sender<Option<Control>>>,
+}
+
+/// Shared services every owner uses.
+#[derive(Clone)]
+pub struct OwnerDeps {
+    /// Persistence.
+    pub store: Arc<dyn Store>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// The region's fencing state.
+    pub fence: Arc<Fence>,
+    /// Request keys with a committed reservation.
+    pub keys: Arc<KnownKeys>,
+    /// Queue and batch bounds.
+    pub limits: Limits,
+    /// The region served (names return transfers).
+    pub region: RegionName,
+    /// The coordinator, if this agent has one; `None` is standalone.
+    pub link: Option<Arc<CoordinatorLink>>,
+}
+
+/// Where a command's answer goes.
+enum Responder {
+    Reserve(oneshot::Sender<ReserveReply>),
+    Act(oneshot::Sender<ActReply>),
+    Admin(oneshot::Sender<AdminReply>),
+}
+
+/// The owner task: the state machine plus its I/O.
+struct Driver {
+    deps: OwnerDeps,
+    view: Arc<SkuView>,
+    queue: mpsc::Receiver<Command>,
+    control: watch::Receiver<Option<Control>>,
+    owner: SkuOwner,
+    waiting: HashMap<Ticket, Responder>,
+    next_ticket: Ticket,
+}
+
+/// Starts the owner of a loaded SKU and returns its handle.
+pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(deps.limits.queue_max);
+    let (control_tx, control_rx) = watch::channel(None);
+    let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
+    let cfg = OwnerConfig {
+        batch_size_max: deps.limits.batch_size_max,
+        coordinated: deps.link.is_some(),
+        transfer_id_prefix: format!("{}-{}", deps.region, uuid::Uuid::new_v4().simple()),
+    };
+    let owner = SkuOwner::new(cfg, record, deps.clock.now_ms());
+    let driver = Driver {
+        deps,
+        view: view.clone(),
+        queue: rx,
+        control: control_rx,
+        owner,
+        waiting: HashMap::new(),
+        next_ticket: 0,
+    };
+    driver.report_drift();
+    driver.publish();
+    let task = tokio::spawn(driver.run());
+    let handle = OwnerHandle {
+        view,
+        queue: tx,
+        control: Arc::new(control_tx),
+    };
+    (handle, task)
+}
+
+impl Driver {
+    fn labels(&self) -> [(&'static str, String); 2] {
+        [
+            ("tenant", self.view.tenant.to_string()),
+            ("sku", self.view.sku.to_string()),
+        ]
+    }
+
+    fn publish(&self) {
+        let fenced = self.deps.fence.is_fenced();
+        self.view.publish(&self.owner, self.deps.link.is_some());
+        if fenced {
+            self.view.halt();
+        }
+        let available = self.owner.ledger().available as f64;
+        metrics::gauge!("escrow_available_units", &self.labels()).set(available);
+        metrics::gauge!("escrow_queue_depth", &self.labels()).set(self.queue.len() as f64);
+    }
+
+    fn report_drift(&self) {
+        let drift = self.owner.rows_drift();
+        metrics::gauge!("escrow_drift_units", &self.labels()).set(drift as f64);
+        if self.owner.is_drifted() {
+            tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku,
+                ledger = ?self.owner.ledger(), rows_drift = drift,
+                "DRIFT: counters disagree with reservation rows; SKU stopped until repaired");
+        }
+    }
+
+    async fn run(mut self) {
+        let mut control_open = true;
+        loop {
+            let mut commands = Vec::with_capacity(self.owner.batch_room());
+            if !self.owner.has_overflow() {
+                let now_ms = self.deps.clock.now_ms();
+                let wait_ms = self
+                    .owner
+                    .poll_timeout()
+                    .saturating_sub(now_ms)
+                    .min(SWEEP_INTERVAL_MS);
+                tokio::select! {
+                    changed = self.control.changed(), if control_open => {
+                        match changed {
+                            Ok(()) => self.follow(),
+                            Err(_) => control_open = false,
+                        }
+                        continue;
+                    }
+                    command = self.queue.recv() => match command {
+                        Some(command) => commands.push(command),
+                        None => break,
+                    },
+                    () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {
+                        let now_ms = self.deps.clock.now_ms();
+                        if now_ms >= self.owner.poll_timeout() {
+                            self.owner.handle_timeout(now_ms);
+                            self.drive().await;
+                            self.publish();
+                        }
+                        continue;
+                    }
+                }
+            }
+            while commands.len() < self.owner.batch_room() {
+                match self.queue.try_recv() {
+                    Ok(command) => commands.push(command),
+                    Err(_) => break,
+                }
+            }
+            if control_open && self.control.has_changed().unwrap_or(false) {
+                self.follow();
+            }
+            if self.deps.fence.is_fenced() {
+                self.owner.handle_fenced();
+            }
+            let commands = commands.into_iter().map(|c| self.ticket(c)).collect();
+            self.owner
+                .handle_commands(self.deps.clock.now_ms(), commands);
+            self.drive().await;
+            self.publish();
+        }
+        // The queue is closed and drained: every accepted request was answered.
+        self.owner.handle_close();
+        self.deliver();
+    }
+
+    /// Hands the latest directive to the owner.
+    fn follow(&mut self) {
+        let latest = self.control.borrow_and_update().clone();
+        let Some(control) = latest else {
+            return;
+        };
+        let mode = self.owner.mode();
+        self.owner
+            .handle_directive(&control.directive, control.grants);
+        if self.owner.mode() != mode {
+            tracing::info!(tenant = %self.view.tenant, sku = %self.view.sku,
+                mode = self.owner.mode().as_str(), "mode changed");
+        }
+        self.publish();
+    }
+
+    /// Gives a queued command a ticket and remembers where its answer goes.
+    fn ticket(&mut self, command: Command) -> OwnerCommand {
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        let (command, responder) = match command {
+            Command::Reserve(request, deadline, reply) => {
+                let known = self
+                    .deps
+                    .keys
+                    .contains(&self.view.tenant, &request.request_key);
+                let command = OwnerCommand::Reserve {
+                    ticket,
+                    request,
+                    deadline,
+                    known,
+                };
+                (command, Responder::Reserve(reply))
+            }
+            Command::Act(key, action, deadline, reply) => {
+                let command = OwnerCommand::Act {
+                    ticket,
+                    key,
+                    action,
+                    deadline,
+                };
+                (command, Responder::Act(reply))
+            }
+            Command::Admin(change, reply) => (
+                OwnerCommand::Admin { ticket, change },
+                Responder::Admin(reply),
+            ),
+        };
+        self.waiting.insert(ticket, responder);
+        command
+    }
+
+    /// Carries out the owner's I/O until it is idle, answering as it goes.
+    async fn drive(&mut self) {
+        let drifted = self.owner.is_drifted();
+        loop {
+            self.deliver();
+            let Some(io) = self.owner.poll_io() else {
+                break;
+            };
+            match io {
+                Io::Read(keys) => {
+                    let rows = self.read(&keys).await;
+                    self.owner.handle_read(rows);
+                }
+                Io::Take(request) => {
+                    let answer = self.take(&request).await;
+                    self.owner.handle_take_answer(answer);
+                }
+                Io::Commit(batch) => {
+                    let result = self.commit(&batch).await;
+                    self.owner.handle_commit_result(result);
+                }
+                Io::Reload => {
+                    let record = self.reload().await;
+                    self.owner.handle_reload(record);
+                    self.report_drift();
+                }
+            }
+        }
+        if self.owner.is_drifted() && !drifted {
+            tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku,
+                "ledger refused a committed move; SKU stopped");
+        }
+    }
+
+    /// Sends every answer the owner has, counting it.
+    fn deliver(&mut self) {
+        while let Some((ticket, reply)) = self.owner.poll_reply() {
+            let responder = self
+                .waiting
+                .remove(&ticket)
+                .expect("the owner answers each ticket once");
+            // A closed channel means the client went away; the decision
+            // stands and the key finds it later.
+            match (responder, reply) {
+                (Responder::Reserve(tx), Reply::Reserve(reply)) => {
+                    if let ReserveReply::Held(r) = &reply {
+                        self.deps
+                            .keys
+                            .insert(&self.view.tenant, r.request_key.clone());
+                    }
+                    metrics::counter!("escrow_reservations_total", "outcome" => reply.outcome())
+                        .increment(1);
+                    let _ = tx.send(reply);
+                }
+                (Responder::Act(tx), Reply::Act(reply)) => {
+                    metrics::counter!("escrow_actions_total", "outcome" => reply.outcome())
+                        .increment(1);
+                    let _ = tx.send(reply);
+                }
+                (Responder::Admin(tx), Reply::Admin(reply)) => {
+                    let _ = tx.send(reply);
+                }
+                _ => unreachable!("a reply matches its command's kind"),
+            }
+        }
+    }
+
+    async fn read(&self, keys: &[RequestKey]) -> Option<Vec<Reservation>> {
+        match self.deps.store.reservations(&self.view.tenant, keys).await {
+            Ok(rows) => Some(rows),
+            Err(error) => {
+                tracing::warn!(%error, "reading reservations failed");
+                None
+            }
+        }
+    }
+
+    /// Asks the coordinator for units; `None` if it could not be asked.
+    async fn take(&self, request: &TakeRequest) -> Option<TakeResponse> {
+        let link = self
+            .deps
+            .link
+            .as_ref()
+            .expect("only a coordinated owner takes");
+        match link.client.take(request).await {
+            Ok(resp) => {
+                link.set_down(false);
+                Some(resp)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "take failed; the units it asked for are not sold");
+                if matches!(error, ClientError::Unreachable(_)) {
+                    link.set_down(true);
+                }
+                None
+            }
+        }
+    }
+
+    /// Commits a batch, timing it.
+    async fn commit(&self, batch: &Batch) -> Result<BatchOutcome, CommitError> {
+        metrics::histogram!("escrow_batch_size")
+            .record((batch.holds.len() + batch.transitions.len()) as f64);
+        let started = Instant::now();
+        let result = self.deps.store.commit(self.deps.fence.epoch(), batch).await;
+        metrics::histogram!("escrow_commit_seconds").record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(outcome) => {
+                let expired: u64 = outcome.expired.iter().map(|(_, q)| q.units()).sum();
+                if expired > 0 {
+                    metrics::counter!("escrow_expired_units_total").increment(expired);
+                }
+                Ok(outcome)
+            }
+            Err(StoreError::Fenced) => {
+                self.deps.fence.set_fenced();
+                Err(CommitError::Fenced)
+            }
+            Err(error) => {
+                tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku, %error,
+                    "commit failed; SKU paused until its state is reloaded");
+                Err(CommitError::Failed)
+            }
+        }
+    }
+
+    /// The SKU's stored state and keys, or `None` if they could not be read.
+    async fn reload(&self) -> Option<SkuRecord> {
+        let store = &self.deps.store;
+        let (tenant, sku) = (&self.view.tenant, &self.view.sku);
+        match (
+            store.load_sku(tenant, sku).await,
+            store.keys_of(tenant, sku).await,
+        ) {
+            (Ok(Some(record)), Ok(keys)) => {
+                self.deps.keys.extend(tenant, keys);
+                tracing::info!(%tenant, %sku, "reloaded after a failed commit");
+                Some(record)
+            }
+            (Ok(None), _) => {
+                tracing::error!(%tenant, %sku, "SKU vanished from the database");
+                None
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::warn!(%error, "reload failed; SKU stays paused");
+                None
+            }
+        }
+    }
+}

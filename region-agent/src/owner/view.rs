@@ -1,0 +1,162 @@
+//! What request handlers may read of a SKU without asking its owner.
+//!
+//! The owner task publishes its state here after every batch; handlers read
+//! it lock-free to answer sold-out and paused at once and to show the SKU.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use escrow_core::owner::{GateView, SkuOwner};
+use escrow_core::{Mode, Sku, SkuSettings, Tenant, TtlMs};
+
+/// A SKU's published state.
+#[derive(Debug)]
+pub struct SkuView {
+    /// The SKU's tenant.
+    pub tenant: Tenant,
+    /// The SKU.
+    pub sku: Sku,
+    available: AtomicU64,
+    held: AtomicU64,
+    sold: AtomicU64,
+    quota: AtomicU64,
+    paused: AtomicBool,
+    halted: AtomicBool,
+    max_per_user: AtomicU32,
+    hold_ttl_ms: AtomicU64,
+    central: AtomicBool,
+    coordinated: AtomicBool,
+    sold_out_everywhere: AtomicBool,
+    rate_bits: AtomicU64,
+}
+
+/// A point-in-time copy of a [`SkuView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SkuSnapshot {
+    /// Units that may be held now.
+    pub available: u64,
+    /// Units held.
+    pub held: u64,
+    /// Units sold.
+    pub sold: u64,
+    /// The region's quota: received - returned (standalone: the SKU's total).
+    pub quota: u64,
+    /// Paused by an admin.
+    pub paused: bool,
+    /// Stopped by the agent itself: drift, fencing or a failed commit.
+    pub halted: bool,
+    /// Units per reservation at most.
+    pub max_per_user: u32,
+    /// Default hold duration.
+    pub hold_ttl_ms: u64,
+}
+
+impl SkuView {
+    /// A view that refuses everything until its owner first publishes.
+    pub fn new(tenant: Tenant, sku: Sku) -> Self {
+        Self {
+            tenant,
+            sku,
+            available: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            sold: AtomicU64::new(0),
+            quota: AtomicU64::new(0),
+            paused: AtomicBool::new(true),
+            halted: AtomicBool::new(true),
+            max_per_user: AtomicU32::new(1),
+            hold_ttl_ms: AtomicU64::new(SkuSettings::default().hold_ttl.get()),
+            central: AtomicBool::new(false),
+            coordinated: AtomicBool::new(false),
+            sold_out_everywhere: AtomicBool::new(false),
+            rate_bits: AtomicU64::new(0),
+        }
+    }
+
+    /// Copies the owner's state.
+    pub fn publish(&self, owner: &SkuOwner, coordinated: bool) {
+        let ledger = owner.ledger();
+        let settings = owner.settings();
+        self.available.store(ledger.available, Ordering::Release);
+        self.held.store(ledger.held, Ordering::Release);
+        self.sold.store(ledger.sold, Ordering::Release);
+        self.quota.store(ledger.quota(), Ordering::Release);
+        self.max_per_user
+            .store(settings.max_per_user, Ordering::Release);
+        self.hold_ttl_ms
+            .store(settings.hold_ttl.get(), Ordering::Release);
+        self.paused.store(owner.is_paused(), Ordering::Release);
+        self.halted.store(owner.is_halted(), Ordering::Release);
+        self.central
+            .store(owner.mode() == Mode::Central, Ordering::Release);
+        self.coordinated.store(coordinated, Ordering::Release);
+        self.sold_out_everywhere
+            .store(owner.is_sold_out_everywhere(), Ordering::Release);
+        self.rate_bits
+            .store(owner.sale_rate_per_s().to_bits(), Ordering::Release);
+    }
+
+    /// Marks the SKU halted (its owner stopped).
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+    }
+
+    /// What the gate answers from.
+    pub fn gate_view(&self, link_down: bool) -> GateView {
+        GateView {
+            available: self.available(),
+            stopped: self.is_stopped(),
+            central: self.central.load(Ordering::Acquire),
+            coordinated: self.coordinated.load(Ordering::Acquire),
+            link_down,
+            sold_out_everywhere: self.is_sold_out_everywhere(),
+        }
+    }
+
+    /// Whether the SKU sells in central mode (tail merged).
+    pub fn is_central(&self) -> bool {
+        self.central.load(Ordering::Acquire)
+    }
+
+    /// Whether the coordinator said no unit is free anywhere.
+    pub fn is_sold_out_everywhere(&self) -> bool {
+        self.sold_out_everywhere.load(Ordering::Acquire)
+    }
+
+    /// Units held per second, recently.
+    pub fn sale_rate_per_s(&self) -> f64 {
+        f64::from_bits(self.rate_bits.load(Ordering::Acquire))
+    }
+
+    /// Units available now, as of the last commit.
+    pub fn available(&self) -> u64 {
+        self.available.load(Ordering::Acquire)
+    }
+
+    /// Whether the SKU refuses to sell (admin pause, drift, fencing, failed commit).
+    pub fn is_stopped(&self) -> bool {
+        self.paused.load(Ordering::Acquire) || self.halted.load(Ordering::Acquire)
+    }
+
+    /// The SKU's current settings.
+    pub fn settings(&self) -> SkuSettings {
+        let hold_ttl = TtlMs::parse(self.hold_ttl_ms.load(Ordering::Acquire) as i64)
+            .expect("only a valid TtlMs is ever published");
+        SkuSettings {
+            max_per_user: self.max_per_user.load(Ordering::Acquire),
+            hold_ttl,
+        }
+    }
+
+    /// A copy of every field.
+    pub fn snapshot(&self) -> SkuSnapshot {
+        SkuSnapshot {
+            available: self.available(),
+            held: self.held.load(Ordering::Acquire),
+            sold: self.sold.load(Ordering::Acquire),
+            quota: self.quota.load(Ordering::Acquire),
+            paused: self.paused.load(Ordering::Acquire),
+            halted: self.halted.load(Ordering::Acquire),
+            max_per_user: self.max_per_user.load(Ordering::Acquire),
+            hold_ttl_ms: self.hold_ttl_ms.load(Ordering::Acquire),
+        }
+    }
+}
