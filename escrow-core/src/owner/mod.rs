@@ -697,12 +697,15 @@ impl SkuOwner {
             let free = (self.ledger.available + work.granted)
                 .checked_sub(work.plan.units)
                 .expect("a plan holds no more than is available");
+            // Units this batch's own buyers could not get are not given
+            // away under them: while there is overflow, nothing is spare.
+            let spare = if work.overflow.is_empty() { free } else { 0 };
             let free_for_ms = self
                 .free_since_ms
                 .map_or(0, |since| now_ms.saturating_sub(since));
             let units = units_to_return(
                 self.mode,
-                free,
+                spare,
                 self.return_until,
                 self.ledger.returned,
                 local_demand,
@@ -761,6 +764,8 @@ impl SkuOwner {
         for ret in &work.batch.returns {
             let moved = self.ledger.give_back(ret.units);
             self.check(moved);
+            // Those units are free in the pool now: not sold out everywhere.
+            self.sold_out_everywhere = false;
         }
         for (_, qty, change) in &work.batch.transitions {
             let moved = change.apply_to_ledger(&mut self.ledger, *qty);
@@ -918,3 +923,6 @@ impl SkuOwner {
 fn quantities(work: &Work) -> Vec<u64> {
     work.fresh.iter().map(|p| p.request.qty.units()).collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,398 @@
+//! The owner without I/O: a harness moves its reads, takes and commits by
+//! hand to an in-memory database ([`Book`]) and a stub coordinator, as
+//! quinn-proto's tests move packets between two endpoints.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::book::Book;
+use crate::ids::{Qty, UserId};
+
+const START_MS: u64 = 1_000_000;
+
+/// One owner, its database and a coordinator holding `pool` units.
+struct Harness {
+    owner: SkuOwner,
+    book: Book,
+    applied_grants: HashSet<String>,
+    /// Grants the coordinator debited and the region has not credited.
+    in_transit: BTreeMap<String, u64>,
+    pool: u64,
+    total: u64,
+    now_ms: u64,
+    next_ticket: Ticket,
+    answers: HashMap<Ticket, Reply>,
+    asked: HashSet<Ticket>,
+    /// Units each reserve ticket asked for.
+    wanted: HashMap<Ticket, u64>,
+    fail_next_commit: bool,
+    reachable: bool,
+}
+
+impl Harness {
+    fn new(local: u64, pool: u64) -> Self {
+        let settings = SkuSettings::parse(Some(2), Some(5_000)).unwrap();
+        let mut book = Book::new(Sku::parse("sku").unwrap(), settings);
+        book.ledger.receive(local);
+        let owner = SkuOwner::new(
+            OwnerConfig {
+                batch_size_max: 8,
+                coordinated: true,
+                transfer_id_prefix: "test".into(),
+            },
+            Self::record(&book),
+            START_MS,
+        );
+        Self {
+            owner,
+            book,
+            applied_grants: HashSet::new(),
+            in_transit: BTreeMap::new(),
+            pool,
+            total: local + pool,
+            now_ms: START_MS,
+            next_ticket: 0,
+            answers: HashMap::new(),
+            asked: HashSet::new(),
+            wanted: HashMap::new(),
+            fail_next_commit: false,
+            reachable: true,
+        }
+    }
+
+    fn record(book: &Book) -> SkuRecord {
+        let units = |s: Status| -> u64 {
+            book.reservations()
+                .filter(|r| r.status == s)
+                .map(|r| r.qty.units())
+                .sum()
+        };
+        SkuRecord {
+            tenant: Tenant::parse("t").unwrap(),
+            sku: book.sku.clone(),
+            ledger: book.ledger,
+            settings: book.settings,
+            paused: book.paused,
+            mode: Mode::Escrow,
+            rows_held: units(Status::Held),
+            rows_sold: units(Status::Sold),
+        }
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        self.asked.insert(self.next_ticket);
+        self.next_ticket
+    }
+
+    fn reserve(&mut self, key: u8, user: u8, qty: u32) -> Command {
+        let ticket = self.ticket();
+        self.wanted.insert(ticket, qty.into());
+        Command::Reserve {
+            ticket,
+            request: ReserveRequest {
+                request_key: RequestKey::parse(&format!("k{key}")).unwrap(),
+                user_id: UserId::parse(&format!("u{user}")).unwrap(),
+                qty: Qty::parse(qty.into(), 2).unwrap(),
+                ttl: None,
+            },
+            deadline: Deadline::after(self.now_ms, 10_000),
+            known: false,
+        }
+    }
+
+    fn act(&mut self, key: u8, action: Action) -> Command {
+        Command::Act {
+            ticket: self.ticket(),
+            key: RequestKey::parse(&format!("k{key}")).unwrap(),
+            action,
+            deadline: Deadline::after(self.now_ms, 10_000),
+        }
+    }
+
+    /// Starts a batch and carries out its I/O until the owner is idle.
+    fn batch(&mut self, commands: Vec<Command>) {
+        self.owner.handle_commands(self.now_ms, commands);
+        self.drive();
+    }
+
+    fn drive(&mut self) {
+        while let Some(io) = self.owner.poll_io() {
+            match io {
+                Io::Read(keys) => {
+                    let rows = keys.iter().filter_map(|k| self.book.get(k)).cloned();
+                    self.owner.handle_read(Some(rows.collect()));
+                }
+                Io::Take(req) => {
+                    if !self.reachable {
+                        self.owner.handle_take_answer(None);
+                        continue;
+                    }
+                    let granted = req.units.min(self.pool);
+                    self.pool -= granted;
+                    let grant = (granted > 0).then(|| TransferMsg {
+                        id: req.id.clone(),
+                        units: granted,
+                        ..req.clone().into_transfer()
+                    });
+                    if let Some(g) = &grant {
+                        self.in_transit.insert(g.id.clone(), g.units);
+                    }
+                    let exhausted = granted < req.units && self.pool == 0 && self.elsewhere() == 0;
+                    self.owner.handle_take_answer(Some(TakeResponse {
+                        grant,
+                        exhausted,
+                        paused: false,
+                    }));
+                }
+                Io::Commit(batch) => {
+                    if std::mem::take(&mut self.fail_next_commit) {
+                        self.owner.handle_commit_result(Err(CommitError::Failed));
+                        continue;
+                    }
+                    let outcome = self.write(&batch);
+                    self.owner.handle_commit_result(Ok(outcome));
+                }
+                Io::Reload => self.owner.handle_reload(Some(Self::record(&self.book))),
+            }
+        }
+        while let Some((ticket, reply)) = self.owner.poll_reply() {
+            assert!(
+                self.asked.contains(&ticket),
+                "an answer to a ticket never given"
+            );
+            assert!(
+                self.answers.insert(ticket, reply).is_none(),
+                "ticket {ticket} answered twice"
+            );
+        }
+    }
+
+    /// Units free outside this region: only grants in transit here.
+    fn elsewhere(&self) -> u64 {
+        self.in_transit.values().sum()
+    }
+
+    /// The store's side of a commit, in its order.
+    fn write(&mut self, batch: &Batch) -> BatchOutcome {
+        let mut applied = Vec::new();
+        for g in &batch.grants {
+            if self.applied_grants.insert(g.id.clone()) {
+                self.book.ledger.receive(g.units);
+                self.in_transit.remove(&g.id);
+                applied.push(g.id.clone());
+            }
+        }
+        let mut outcome = self
+            .book
+            .commit(batch)
+            .expect("the book takes every owner batch");
+        for r in &batch.returns {
+            self.book.ledger.give_back(r.units).unwrap();
+            self.pool += r.units;
+        }
+        outcome.applied_grants = applied;
+        outcome
+    }
+
+    /// Grants the coordinator keeps offering until the region credits them.
+    fn redeliver(&mut self, return_until: u64) {
+        let grants = self
+            .in_transit
+            .iter()
+            .map(|(id, units)| TransferMsg {
+                id: id.clone(),
+                tenant: "t".into(),
+                sku: "sku".into(),
+                units: *units,
+            })
+            .collect();
+        let directive = SkuDirective {
+            tenant: "t".into(),
+            sku: "sku".into(),
+            mode: Mode::Escrow,
+            paused: false,
+            max_per_user: 2,
+            hold_ttl_ms: 5_000,
+            return_until,
+            sold_out: false,
+        };
+        self.owner.handle_directive(&directive, grants);
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        prop_assert!(self.owner.is_idle());
+        if !self.owner.is_halted() {
+            prop_assert_eq!(
+                self.owner.ledger(),
+                self.book.ledger,
+                "memory equals the database"
+            );
+        }
+        prop_assert_eq!(
+            self.pool + self.elsewhere() + self.book.ledger.quota(),
+            self.total,
+            "no unit created or lost"
+        );
+        Ok(())
+    }
+}
+
+impl TakeRequest {
+    fn into_transfer(self) -> TransferMsg {
+        TransferMsg {
+            id: self.id,
+            tenant: self.tenant,
+            sku: self.sku,
+            units: self.units,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve {
+        key: u8,
+        user: u8,
+        qty: u32,
+    },
+    Confirm(u8),
+    Release(u8),
+    Extend(u8),
+    /// Run a batch with everything queued.
+    Batch,
+    Advance(u16),
+    Directive(u8),
+    FailNextCommit,
+    Unreachable(bool),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..24u8, 0..10u8, 1..=2u32).prop_map(|(key, user, qty)| Op::Reserve { key, user, qty }),
+        2 => (0..24u8).prop_map(Op::Confirm),
+        2 => (0..24u8).prop_map(Op::Release),
+        1 => (0..24u8).prop_map(Op::Extend),
+        4 => Just(Op::Batch),
+        2 => (0..3_000u16).prop_map(Op::Advance),
+        1 => (0..6u8).prop_map(Op::Directive),
+        1 => Just(Op::FailNextCommit),
+        1 => any::<bool>().prop_map(Op::Unreachable),
+    ]
+}
+
+proptest! {
+    /// Goal: under any mix of buyers, actions, take answers, failed commits,
+    /// directives and clock moves, the owner answers every ticket exactly
+    /// once, its memory equals the database after every batch, no unit is
+    /// created or lost between region, pool and transit, and SOLD_OUT is
+    /// answered only when no unit is free anywhere.
+    #[test]
+    fn random_sequences_keep_memory_equal_to_the_database(
+        ops in proptest::collection::vec(op(), 1..120),
+        local in 0..6u64,
+        pool in 0..6u64,
+    ) {
+        let mut h = Harness::new(local, pool);
+        let mut queued = Vec::new();
+        let mut returned = 0;
+        for op in ops {
+            match op {
+                Op::Reserve { key, user, qty } => { let c = h.reserve(key, user, qty); queued.push(c); }
+                Op::Confirm(k) => { let c = h.act(k, Action::Confirm); queued.push(c); }
+                Op::Release(k) => { let c = h.act(k, Action::Release); queued.push(c); }
+                Op::Extend(k) => { let c = h.act(k, Action::Extend(None)); queued.push(c); }
+                Op::Batch => {
+                    let room = h.owner.batch_room();
+                    let rest = queued.split_off(room.min(queued.len()));
+                    let now = std::mem::replace(&mut queued, rest);
+                    let before = h.answers.clone();
+                    h.batch(now);
+                    for (t, reply) in &h.answers {
+                        if before.contains_key(t) { continue; }
+                        if let Reply::Reserve(ReserveReply::SoldOut) = reply {
+                            let free = h.pool + h.elsewhere() + h.book.ledger.available;
+                            prop_assert!(free < h.wanted[t], "SOLD_OUT while {} units are free", free);
+                        }
+                    }
+                }
+                Op::Advance(ms) => {
+                    h.now_ms += u64::from(ms);
+                    h.owner.handle_timeout(h.now_ms);
+                    h.drive();
+                }
+                Op::Directive(n) => {
+                    returned += u64::from(n % 3);
+                    h.redeliver(returned);
+                }
+                Op::FailNextCommit => h.fail_next_commit = true,
+                Op::Unreachable(down) => h.reachable = !down,
+            }
+            h.check()?;
+        }
+        h.batch(std::mem::take(&mut queued));
+        h.owner.handle_close();
+        h.drive();
+        h.check()?;
+        prop_assert_eq!(h.answers.len(), h.asked.len(), "every ticket answered");
+        let held: HashSet<&RequestKey> = h.answers.values().filter_map(|r| match r {
+            Reply::Reserve(ReserveReply::Held(r)) => Some(&r.request_key),
+            _ => None,
+        }).collect();
+        let rows = h.book.reservations().count();
+        prop_assert_eq!(held.len(), rows, "one HELD answer per row");
+    }
+}
+
+/// Goal: extend then confirm of one hold in one batch both succeed, in
+/// the order decided, and the database ends SOLD with the units sold.
+#[test]
+fn extend_then_confirm_in_one_batch_apply_in_order() {
+    let mut h = Harness::new(1, 0);
+    let c = h.reserve(1, 1, 1);
+    h.batch(vec![c]);
+    let extend = h.act(1, Action::Extend(None));
+    let confirm = h.act(1, Action::Confirm);
+    let (te, tc) = (h.next_ticket - 1, h.next_ticket);
+    h.batch(vec![extend, confirm]);
+    assert!(matches!(h.answers[&te], Reply::Act(ActReply::Accepted(_))));
+    match &h.answers[&tc] {
+        Reply::Act(ActReply::Accepted(r)) => assert_eq!(r.status, Status::Sold),
+        other => panic!("confirm answered {other:?}"),
+    }
+    assert_eq!(h.book.ledger.sold, 1);
+    assert_eq!(h.owner.ledger(), h.book.ledger);
+}
+
+/// Goal: a directive delivered while a batch waits on its take is applied
+/// with that batch: the recall is debited and the mode persisted.
+#[test]
+fn directive_during_a_take_applies_with_the_batch() {
+    let mut h = Harness::new(2, 5);
+    let a = h.reserve(1, 1, 1);
+    h.batch(vec![a]);
+    let many: Vec<Command> = (2..5).map(|k| h.reserve(k, k, 1)).collect();
+    h.owner.handle_commands(h.now_ms, many);
+    let Some(Io::Take(_)) = h.owner.poll_io() else {
+        panic!("three buyers for one unit ask the coordinator");
+    };
+    let d = SkuDirective {
+        tenant: "t".into(),
+        sku: "sku".into(),
+        mode: Mode::Central,
+        paused: false,
+        max_per_user: 2,
+        hold_ttl_ms: 5_000,
+        return_until: 0,
+        sold_out: false,
+    };
+    h.owner.handle_directive(&d, Vec::new());
+    h.owner.handle_take_answer(None);
+    let Some(Io::Commit(batch)) = h.owner.poll_io() else {
+        panic!("the batch commits");
+    };
+    assert!(batch.changes.contains(&StockChange::Mode(Mode::Central)));
+    assert_eq!(h.owner.mode(), Mode::Central);
+}
