@@ -12,8 +12,7 @@
 
 mod common;
 
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::*;
 use escrow_core::{Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, Transition, UserId};
@@ -22,21 +21,16 @@ use region_agent::store::{Batch, Epoch, NewHold, Store, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
+use test_support::log::Captured;
 use tokio::sync::Barrier;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::Layer;
 
 /// Goal: 300 buyers each sending `extend` and `confirm` for their hold at
 /// the same moment, while 600 new buyers reserve, all get a definite
 /// answer: no 503, no failed commit, no reload; counters equal rows.
 #[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
 async fn extend_and_confirm_at_once_never_fail_the_batch(pool: PgPool) {
-    // `sqlx::test` runs the test, the agent and its owners on one thread,
-    // so a thread-local subscriber sees every event the agent logs.
-    let log = Captured::default();
-    let _log_guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
+    // Warnings, errors, and the owner's "reloaded after a failed commit".
+    let (log, _log_guard) = Captured::on_this_thread(&["reload"]);
     let agent = TestAgent::start(&pool).await;
     let api = agent.api();
     assert_eq!(
@@ -276,36 +270,4 @@ async fn commit_holds(store: &PgStore, epoch: Epoch, now_ms: u64, holds: &[(&str
         .collect();
     let outcome = store.commit(epoch, &batch).await.unwrap();
     assert!(outcome.inserted.iter().all(|i| *i));
-}
-
-/// Events the agent logged at WARN or ERROR, and any about a reload.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<String>>>);
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Captured {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        let level = *event.metadata().level();
-        if level <= tracing::Level::WARN || fields.0.contains("reload") {
-            let target = event.metadata().target();
-            let line = format!("{level} {target}:{}", fields.0);
-            self.0.lock().unwrap().push(line);
-        }
-    }
-}
-
-/// An event's fields as ` name=value` text.
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, " {}={value:?}", field.name());
-    }
 }
