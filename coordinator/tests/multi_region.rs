@@ -19,14 +19,14 @@ const REGIONS: [&str; 3] = ["eu", "us", "ap"];
 
 struct Cluster {
     coord: Coord,
-    admin: Admin,
+    admin: Api,
     agents: Vec<Agent>,
     _dbs: Vec<AgentDb>,
 }
 
 async fn cluster(pool: &PgPool, fault_seed: Option<u64>) -> Cluster {
     let coord = Coord::start(pool, None).await;
-    let admin = Admin::new(&coord.url);
+    let admin = Api::new(&coord.url);
     let mut dbs = Vec::new();
     let mut agents = Vec::new();
     for (i, region) in REGIONS.iter().enumerate() {
@@ -89,7 +89,12 @@ async fn sale(
         tasks.push(tokio::spawn(async move {
             let key = format!("{sku}-{round}-k{i}");
             let user = format!("{round}-u{i}");
-            let (status, _, sent, answered) = buyer.reserve_until_final(&key, &user, &sku).await;
+            let Final {
+                status,
+                sent,
+                answered,
+                ..
+            } = buyer.reserve_until_final(&key, &user, &sku).await;
             Answer {
                 region,
                 key,
@@ -116,6 +121,7 @@ async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
     let (status, body) = c
         .admin
         .put_sku(
+            "acme",
             "drop",
             json!({"total": 1000, "regions": {"eu": 1, "us": 1, "ap": 1}}),
         )
@@ -124,7 +130,7 @@ async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
     eventually(
         "initial grants delivered",
         Duration::from_secs(20),
-        async || c.admin.sku("drop").await["in_transit"] == 0,
+        async || c.admin.admin_sku("acme", "drop").await["in_transit"] == 0,
     )
     .await;
     let before = c.messages();
@@ -174,7 +180,7 @@ async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
         "every region reports its sales",
         Duration::from_secs(20),
         async || {
-            let audit = c.admin.settled_audit(Duration::from_secs(20)).await;
+            let audit = settled_audit(&c.admin, Duration::from_secs(20)).await;
             let sku = &audit["skus"][0];
             let sold: i64 = sku["regions"]
                 .as_object()
@@ -197,6 +203,7 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
     // 10 units are below the tail-merge threshold: central mode from the first plan.
     c.admin
         .put_sku(
+            "acme",
             "tail",
             json!({"total": 10, "regions": {"eu": 1, "us": 1}, "hold_ttl_ms": 1000}),
         )
@@ -205,7 +212,7 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
         "central mode reaches the agents",
         Duration::from_secs(20),
         async || {
-            c.admin.sku("tail").await["mode"] == "CENTRAL"
+            c.admin.admin_sku("acme", "tail").await["mode"] == "CENTRAL"
                 && c.agents[..2].iter().all(|a| {
                     a.state
                         .registry()
@@ -221,18 +228,18 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
     eventually(
         "all free units are in the pool",
         Duration::from_secs(20),
-        async || c.admin.sku("tail").await["pool"] == 10,
+        async || c.admin.admin_sku("acme", "tail").await["pool"] == 10,
     )
     .await;
     let eu = c.agents[0].buyer();
     let us = c.agents[1].buyer();
     for i in 0..10 {
-        let (status, body, _, _) = eu
+        let Final { status, body, .. } = eu
             .reserve_until_final(&format!("eu-{i}"), &format!("e{i}"), "tail")
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
-    let (status, body, _, _) = us.reserve_until_final("us-early", "x", "tail").await;
+    let Final { status, body, .. } = us.reserve_until_final("us-early", "x", "tail").await;
     assert_eq!(
         (status, body["outcome"].as_str()),
         (StatusCode::CONFLICT, Some("SOLD_OUT"))
@@ -240,25 +247,18 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
 
     // The eu holds expire; their units must reach the pool and then us.
     let mut sold_in_us = 0;
-    let start = Instant::now();
-    while sold_in_us < 10 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "expired units never reached us"
-        );
-        let (status, _) = us
-            .reserve(
-                &format!("us-{sold_in_us}"),
-                &format!("s{sold_in_us}"),
-                "tail",
-            )
-            .await;
-        if status == StatusCode::CREATED {
-            sold_in_us += 1;
-        } else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    eventually(
+        "expired units reach us",
+        Duration::from_secs(30),
+        async || {
+            let (key, user) = (format!("us-{sold_in_us}"), format!("s{sold_in_us}"));
+            if us.reserve(&key, &user, "tail").await.0 == StatusCode::CREATED {
+                sold_in_us += 1;
+            }
+            sold_in_us == 10
+        },
+    )
+    .await;
     for i in 0..10 {
         let (status, body) = eu.action(&format!("eu-{i}"), "confirm").await;
         assert_eq!(
@@ -266,7 +266,7 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
             (StatusCode::CONFLICT, Some("EXPIRED"))
         );
     }
-    let audit = c.admin.settled_audit(Duration::from_secs(20)).await;
+    let audit = settled_audit(&c.admin, Duration::from_secs(20)).await;
     let regions = &audit["skus"][0]["regions"];
     assert_eq!(regions["us"]["held"], 10);
     assert_eq!(regions["eu"]["held"], 0);
@@ -281,6 +281,7 @@ async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
     let c = cluster(&pool, Some(7)).await;
     c.admin
         .put_sku(
+            "acme",
             "drop",
             json!({"total": 500, "regions": {"eu": 2, "us": 1, "ap": 1}}),
         )
@@ -288,7 +289,7 @@ async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
     eventually(
         "initial grants delivered",
         Duration::from_secs(20),
-        async || c.admin.sku("drop").await["in_transit"] == 0,
+        async || c.admin.admin_sku("acme", "drop").await["in_transit"] == 0,
     )
     .await;
     let answers = sale(&c, "drop", "a", 1_200, [60, 30, 10]).await;
@@ -309,7 +310,7 @@ async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
     c.admin.assert_no_drift().await;
     // Add stock mid-flight and let it spread through the faulty wire.
     c.admin
-        .post(
+        .admin_post(
             "/v1/admin/skus/acme/drop/add-stock",
             Some(json!({"qty": 50})),
         )
@@ -335,7 +336,7 @@ async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
         .count();
 
     assert_eq!(held_more, 50);
-    let audit = c.admin.settled_audit(Duration::from_secs(30)).await;
+    let audit = settled_audit(&c.admin, Duration::from_secs(30)).await;
     let sku = &audit["skus"][0];
     let held_total: i64 = sku["regions"]
         .as_object()
@@ -355,19 +356,24 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
     let c = cluster(&pool, None).await;
     c.admin
         .put_sku(
+            "acme",
             "big",
             json!({"total": 3000, "regions": {"eu": 1, "us": 1, "ap": 1}}),
         )
         .await;
     c.admin
-        .put_sku("tiny", json!({"total": 5, "regions": {"eu": 1, "us": 1}}))
+        .put_sku(
+            "acme",
+            "tiny",
+            json!({"total": 5, "regions": {"eu": 1, "us": 1}}),
+        )
         .await;
     eventually(
         "quota delivered and tail merged",
         Duration::from_secs(20),
         async || {
-            let big = c.admin.sku("big").await;
-            let tiny = c.admin.sku("tiny").await;
+            let big = c.admin.admin_sku("acme", "big").await;
+            let tiny = c.admin.admin_sku("acme", "tiny").await;
             big["in_transit"] == 0
                 && big["regions"]["eu"]["available"].as_i64().unwrap_or(0) > 10
                 && tiny["mode"] == "CENTRAL"
@@ -412,13 +418,13 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
     );
 
     let coord = Coord::start(&pool, Some(addr)).await;
-    let (status, body, _, _) = eu.reserve_until_final("tiny-1", "t1", "tiny").await;
+    let Final { status, body, .. } = eu.reserve_until_final("tiny-1", "t1", "tiny").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     eventually(
         "eu reports both SKUs' holds",
         Duration::from_secs(20),
         async || {
-            let audit = admin.settled_audit(Duration::from_secs(20)).await;
+            let audit = settled_audit(&admin, Duration::from_secs(20)).await;
             let held: HashMap<String, i64> = audit["skus"]
                 .as_array()
                 .unwrap()
@@ -445,11 +451,15 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
     let coord = Coord::start(&pool, None).await;
-    let admin = Admin::new(&coord.url);
+    let admin = Api::new(&coord.url);
     admin
-        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+        )
         .await;
-    let before = admin.sku("drop").await;
+    let before = admin.admin_sku("acme", "drop").await;
     let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
     let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
         {"id": "r-evil", "tenant": "acme", "sku": "drop", "units": 5}]});
@@ -479,7 +489,7 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let after = admin.sku("drop").await;
+    let after = admin.admin_sku("acme", "drop").await;
     assert_eq!(before, after, "nothing moved");
     admin.assert_no_drift().await;
     coord.stop().await;
@@ -493,18 +503,24 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
 async fn admin_operations_reach_the_agents(pool: PgPool) {
     let c = cluster(&pool, None).await;
     c.admin
-        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+        )
         .await;
     eventually(
         "initial grants delivered",
         Duration::from_secs(20),
-        async || c.admin.sku("drop").await["in_transit"] == 0,
+        async || c.admin.admin_sku("acme", "drop").await["in_transit"] == 0,
     )
     .await;
     let eu = c.agents[0].buyer();
     assert_eq!(eu.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
 
-    c.admin.post("/v1/admin/skus/acme/drop/pause", None).await;
+    c.admin
+        .admin_post("/v1/admin/skus/acme/drop/pause", None)
+        .await;
     let mut attempt = 0;
     eventually("eu stops selling", Duration::from_secs(10), async || {
         attempt += 1;
@@ -512,26 +528,31 @@ async fn admin_operations_reach_the_agents(pool: PgPool) {
         eu.reserve(&key, &key, "drop").await.1["outcome"] == "PAUSED"
     })
     .await;
-    c.admin.post("/v1/admin/skus/acme/drop/resume", None).await;
+    c.admin
+        .admin_post("/v1/admin/skus/acme/drop/resume", None)
+        .await;
     eventually("eu sells again", Duration::from_secs(10), async || {
         eu.reserve("k2", "u2", "drop").await.0 == StatusCode::CREATED
     })
     .await;
 
-    let pool_units = c.admin.sku("drop").await["pool"].as_i64().unwrap();
+    let pool_units = c.admin.admin_sku("acme", "drop").await["pool"]
+        .as_i64()
+        .unwrap();
     let (status, body) = c
         .admin
-        .put_sku("drop", json!({"total": 100 - pool_units - 1}))
+        .put_sku("acme", "drop", json!({"total": 100 - pool_units - 1}))
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     let (status, body) = c
         .admin
-        .put_sku("drop", json!({"total": 100 - pool_units / 2}))
+        .put_sku("acme", "drop", json!({"total": 100 - pool_units / 2}))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
     c.admin
         .put_sku(
+            "acme",
             "drop",
             json!({"total": 100 - pool_units / 2, "regions": {"eu": 1, "us": 1, "ap": 1}}),
         )
@@ -543,7 +564,7 @@ async fn admin_operations_reach_the_agents(pool: PgPool) {
         async || ap.reserve("k3", "u3", "drop").await.0 == StatusCode::CREATED,
     )
     .await;
-    c.admin.settled_audit(Duration::from_secs(20)).await;
+    settled_audit(&c.admin, Duration::from_secs(20)).await;
     c.stop().await;
 }
 
@@ -560,9 +581,9 @@ async fn a_database_keeps_its_mode(pool: PgPool) {
     use region_agent::store::postgres::PgStore;
 
     let coord = Coord::start(&pool, None).await;
-    let admin = Admin::new(&coord.url);
+    let admin = Api::new(&coord.url);
     admin
-        .put_sku("drop", json!({"total": 10, "regions": {"eu": 1}}))
+        .put_sku("acme", "drop", json!({"total": 10, "regions": {"eu": 1}}))
         .await;
     let eu_db = AgentDb::create(&pool, "eu").await;
     let eu = Agent::start(&eu_db, "eu", &coord.url, None).await;

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -15,24 +15,9 @@ use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
 
-fn database_url(pool: &PgPool) -> String {
-    format!(
-        "{}/{}",
-        server_url(),
-        pool.connect_options().get_database().unwrap()
-    )
-}
-
 fn coordinator_process(pool: &PgPool, port: u16) -> Proc {
     Proc::spawn(
-        Command::new(binary("coordinator"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args([
-                "--database-url",
-                &database_url(pool),
-                "--admin-token",
-                ADMIN,
-            ])
+        service(binary("coordinator"), port, &database_url(pool))
             .args([
                 "--region-token",
                 &format!("eu={},us={}", region_token("eu"), region_token("us")),
@@ -58,9 +43,13 @@ async fn coordinator_killed_between_debit_and_delivery(pool: PgPool) {
     let url = format!("http://127.0.0.1:{port}");
     let mut coord = coordinator_process(&pool, port);
     wait_ready(&url).await;
-    let admin = Admin::new(&url);
+    let admin = Api::new(&url);
     let (status, _) = admin
-        .put_sku("drop", json!({"total": 300, "regions": {"eu": 1, "us": 1}}))
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 300, "regions": {"eu": 1, "us": 1}}),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     // Grants are debited and PENDING; no agent has them yet.
@@ -81,19 +70,40 @@ async fn coordinator_killed_between_debit_and_delivery(pool: PgPool) {
         // A new SKU's initial split: grants debited and waiting for the agents.
         let (status, _) = admin
             .put_sku(
+                "acme",
                 &format!("more-{round}"),
                 json!({"total": 50, "regions": {"eu": 1, "us": 1}}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED);
-        // Let syncs run into the kill at varying points.
-        tokio::time::sleep(Duration::from_millis(20 + 17 * round)).await;
+        // Kill at varying points of the delivery: after 0, 1, 2 or 3 more
+        // sync attempts of the agents.
+        let syncs =
+            || eu.wire.syncs.load(Ordering::Relaxed) + us.wire.syncs.load(Ordering::Relaxed);
+        let before = syncs();
+        eventually("the agents sync", Duration::from_secs(10), async || {
+            syncs() >= before + round % 4
+        })
+        .await;
         coord.kill9();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Each agent finds the coordinator gone before it comes back.
+        let (eu_before, us_before) = (
+            eu.wire.syncs.load(Ordering::Relaxed),
+            us.wire.syncs.load(Ordering::Relaxed),
+        );
+        eventually(
+            "both agents try a sync against the dead coordinator",
+            Duration::from_secs(10),
+            async || {
+                eu.wire.syncs.load(Ordering::Relaxed) > eu_before
+                    && us.wire.syncs.load(Ordering::Relaxed) > us_before
+            },
+        )
+        .await;
         coord = coordinator_process(&pool, port);
         wait_ready(&url).await;
     }
-    let audit = admin.settled_audit(Duration::from_secs(30)).await;
+    let audit = settled_audit(&admin, Duration::from_secs(30)).await;
     assert_eq!(audit["skus"].as_array().unwrap().len(), 7);
     let delivered: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT region, sum(units)::bigint, count(*) FROM transfers
@@ -124,9 +134,13 @@ async fn coordinator_killed_between_debit_and_delivery(pool: PgPool) {
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
     let coord = Coord::start(&pool, None).await;
-    let admin = Admin::new(&coord.url);
+    let admin = Api::new(&coord.url);
     admin
-        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+        )
         .await;
     let eu_db = AgentDb::create(&pool, "eu").await;
     let port = free_port();
@@ -134,38 +148,23 @@ async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
     // A slow sync leaves a wide window between a debit and its delivery.
     let spawn_eu = || {
         Proc::spawn(
-            Command::new(binary("region-agent"))
-                .args(["--region", "eu", "--listen", &format!("127.0.0.1:{port}")])
-                .args([
-                    "--database-url",
-                    &eu_db.url(),
-                    "--coordinator-url",
-                    &coord.url,
-                ])
-                .args([
-                    "--region-token",
-                    &region_token("eu"),
-                    "--admin-token",
-                    ADMIN,
-                ])
-                .args([
-                    "--tenant-key",
-                    &format!("acme={TENANT_KEY}"),
-                    "--sync-interval-ms",
-                    "1000",
-                ]),
+            service(binary("region-agent"), port, &eu_db.url())
+                .args(["--region", "eu", "--coordinator-url", &coord.url])
+                .args(["--region-token", &region_token("eu")])
+                .args(["--tenant-key", &format!("acme={ACME_KEY}")])
+                .args(["--sync-interval-ms", "1000"]),
         )
     };
     let mut eu = spawn_eu();
     wait_ready(&agent_url).await;
     eventually("eu holds its quota", Duration::from_secs(20), async || {
-        admin.sku("drop").await["regions"]["eu"]["leased"] == 40
+        admin.admin_sku("acme", "drop").await["regions"]["eu"]["leased"] == 40
     })
     .await;
 
     // Take eu out of the SKU: the coordinator recalls all of its free units.
     admin
-        .put_sku("drop", json!({"total": 100, "regions": {"us": 1}}))
+        .put_sku("acme", "drop", json!({"total": 100, "regions": {"us": 1}}))
         .await;
     eventually(
         "eu debited its return",
@@ -223,7 +222,7 @@ async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
         "eu reports its empty lease",
         Duration::from_secs(20),
         async || {
-            let line = admin.sku("drop").await["regions"]["eu"].clone();
+            let line = admin.admin_sku("acme", "drop").await["regions"]["eu"].clone();
             line["leased"] == 0 && line["available"] == 0 && line["region_drift"] == 0
         },
     )

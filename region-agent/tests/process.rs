@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,82 +14,34 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::io::AsyncWriteExt;
-
-/// The URL of the test's own database, for a child process.
-fn database_url(pool: &PgPool) -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let db = pool.connect_options().get_database().unwrap().to_owned();
-    let (server, _) = base.rsplit_once('/').unwrap();
-    format!("{server}/{db}")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use test_support::process::{all_read, server_closed};
+use test_support::raw;
 
 /// A `region-agent` child process.
 struct AgentProcess {
-    child: Child,
+    proc: Proc,
     api: Api,
 }
 
 impl AgentProcess {
     async fn spawn(pool: &PgPool, port: u16) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_region-agent"))
-            .args(["--region", "eu", "--listen", &format!("127.0.0.1:{port}")])
-            .args([
-                "--database-url",
+        let proc = Proc::spawn(
+            service(
+                env!("CARGO_BIN_EXE_region-agent"),
+                port,
                 &database_url(pool),
-                "--admin-token",
-                ADMIN,
-            ])
+            )
             .args([
+                "--region",
+                "eu",
                 "--tenant-key",
                 &format!("acme={ACME_KEY}"),
-                "--db-pool-size",
-                "4",
             ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .args(["--db-pool-size", "4"]),
+        );
         let api = Api::new(&format!("http://127.0.0.1:{port}"));
-        let probe = api.clone();
-        eventually(
-            "the agent answers /readyz",
-            Duration::from_secs(20),
-            async || {
-                let r = probe
-                    .client
-                    .get(format!("{}/readyz", probe.url))
-                    .send()
-                    .await;
-                r.is_ok_and(|r| r.status() == StatusCode::OK)
-            },
-        )
-        .await;
-        Self { child, api }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        wait_ready(&api.url).await;
+        Self { proc, api }
     }
 }
 
@@ -127,7 +78,7 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
         async || acknowledged.load(Ordering::SeqCst) >= 50,
     )
     .await;
-    agent.signal("-KILL");
+    agent.proc.signal("-KILL");
     let mut answers = Vec::new();
     for b in buyers {
         answers.push(b.await.unwrap());
@@ -152,8 +103,8 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
             Some(StatusCode::CONFLICT) => {}
             _ => {
                 unanswered += 1;
-                let (s, body, _) = api.reserve_until_final(key, user, "drop").await;
-                match (s, body["outcome"].as_str()) {
+                let answer = api.reserve_until_final(key, user, "drop").await;
+                match (answer.status, answer.body["outcome"].as_str()) {
                     (StatusCode::CREATED, Some("HELD")) | (StatusCode::OK, Some("REPLAY")) => {
                         held.push(key.clone())
                     }
@@ -195,41 +146,51 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     api.put_sku("acme", "drop", json!({"total": 100})).await;
 
     let mut locker = lock_counters(&pool).await;
-    let buyers: Vec<_> = (0..20)
-        .map(|i| {
-            let api = api.clone();
-            tokio::spawn(async move {
-                api.reserve(&format!("k{i}"), &format!("u{i}"), "drop")
-                    .await
-            })
-        })
-        .collect();
+    // Written by hand, so the test knows when each request's bytes are sent.
+    let addr = format!("127.0.0.1:{port}");
+    let mut buyers = Vec::new();
+    for i in 0..20 {
+        let request = raw::reserve(&format!("k{i}"), &format!("u{i}"), "drop");
+        buyers.push(raw::send(&addr, &request).await);
+    }
     wait_for_lock_waiter(&pool).await;
-    // The first batch now waits on the lock. Give the other requests time to
-    // be read by the server: one whose bytes are still unread when SIGTERM
-    // arrives was never in flight, and its connection may be closed.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    agent.signal("-TERM");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(agent.child.try_wait().unwrap().is_none(), "still draining");
+    // The first batch now waits on the lock. A request whose bytes are
+    // still unread when SIGTERM arrives was never in flight and its
+    // connection may be closed: signal once the agent has read them all.
+    let clients: Vec<u16> = buyers
+        .iter()
+        .map(|s| s.local_addr().unwrap().port())
+        .collect();
+    eventually(
+        "the agent read every request",
+        Duration::from_secs(10),
+        async || all_read(port, &clients),
+    )
+    .await;
+    agent.proc.signal("-TERM");
+    eventually(
+        "the agent stops accepting connections",
+        Duration::from_secs(10),
+        async || tokio::net::TcpStream::connect(&addr).await.is_err(),
+    )
+    .await;
+    assert!(agent.proc.exited().is_none(), "still draining");
     sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
 
     let mut created = 0;
-    for b in buyers {
-        let (status, _) = b.await.unwrap();
-        if status == StatusCode::CREATED {
-            created += 1;
-        } else {
-            assert_eq!(
-                status,
-                StatusCode::SERVICE_UNAVAILABLE,
+    for buyer in buyers {
+        match raw::status(buyer).await {
+            Some(StatusCode::CREATED) => created += 1,
+            other => assert_eq!(
+                other,
+                Some(StatusCode::SERVICE_UNAVAILABLE),
                 "only a refusal before writing"
-            );
+            ),
         }
     }
     let mut exit = None;
     eventually("the agent exits", Duration::from_secs(10), async || {
-        exit = agent.child.try_wait().unwrap();
+        exit = agent.proc.exited();
         exit.is_some()
     })
     .await;
@@ -254,18 +215,20 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
 
     let mut locker = lock_counters(&pool).await;
 
-    let body = json!({"request_key": "gone", "user_id": "u", "sku": "drop"}).to_string();
-    let request = format!(
-        "POST /v1/reservations HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ACME_KEY}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
     let addr = api.url.trim_start_matches("http://").to_owned();
-    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    socket.write_all(request.as_bytes()).await.unwrap();
+    let socket = raw::send(&addr, &raw::reserve("gone", "u", "drop")).await;
     wait_for_lock_waiter(&pool).await;
+    let client_port = socket.local_addr().unwrap().port();
     drop(socket);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The server notices the hang-up and drops the request's future while
+    // its batch still waits on the lock.
+    let server_port = agent.url.rsplit(':').next().unwrap().parse().unwrap();
+    eventually(
+        "the agent closes the hung-up connection",
+        Duration::from_secs(10),
+        async || server_closed(server_port, client_port),
+    )
+    .await;
     sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
 
     eventually(

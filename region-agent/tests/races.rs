@@ -39,7 +39,12 @@ async fn two_thousand_buyers_for_one_hundred_units(pool: PgPool) {
     let mut held_keys = Vec::new();
     let mut retries = 0;
     for buyer in buyers {
-        let (status, body, r) = buyer.await.unwrap();
+        let Final {
+            status,
+            body,
+            retries: r,
+            ..
+        } = buyer.await.unwrap();
         retries += r;
         *by_status.entry(status).or_default() += 1;
         match status {
@@ -294,7 +299,14 @@ async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
             .await
         }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    // As soon as the first of them has committed, move time past every
+    // expiry while the rest are still arriving.
+    eventually(
+        "a first release commits",
+        std::time::Duration::from_secs(10),
+        async || stored(&pool, "drop").await.rows_released > 50,
+    )
+    .await;
     clock.advance(1_000);
     let answers = releases.await.unwrap();
     for (status, body) in &answers {

@@ -1,13 +1,13 @@
-//! Harness for multi-region tests: a real coordinator and real region
-//! agents, each on its own PostgreSQL database, talking HTTP on loopback.
+//! The coordinator's test harness: a real coordinator and real region
+//! agents, each on its own PostgreSQL database, talking HTTP on loopback,
+//! with a wire between them that can count and disturb messages. The API
+//! client, polling and process helpers come from `test-support`.
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
@@ -21,34 +21,16 @@ use region_agent::coordinator_client::{
 };
 use region_agent::owner::Limits;
 use region_agent::store::postgres::{PgStore, MIGRATOR as AGENT_MIGRATOR};
-use reqwest::{Client, StatusCode};
-use serde_json::{json, Value};
+use reqwest::StatusCode;
+use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+pub use test_support::*;
 
-pub const ADMIN: &str = "admin-secret";
-pub const TENANT_KEY: &str = "acme-key";
 pub const SYNC_MS: u64 = 50;
 
 pub fn region_token(region: &str) -> String {
     format!("token-{region}")
-}
-
-pub fn client() -> Client {
-    Client::builder()
-        .pool_max_idle_per_host(4096)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// The server part of DATABASE_URL, e.g. `postgres://postgres@127.0.0.1:5432`.
-pub fn server_url() -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    base.rsplit_once('/').unwrap().0.to_owned()
 }
 
 /// A fresh database with the region agent's migrations. It stays after the
@@ -197,8 +179,7 @@ impl CoordinatorClient for Wire {
 pub struct Coord {
     pub url: String,
     pub addr: std::net::SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    served: Served,
 }
 
 pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
@@ -224,33 +205,20 @@ impl Coord {
             .with_test_writer()
             .try_init();
         COORD_MIGRATOR.run(pool).await.unwrap();
-        let listener = TcpListener::bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()))
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel();
-        let server = tokio::spawn(coordinator::run(
-            listener,
-            coordinator_state(pool),
-            async move {
-                let _ = rx.await;
-            },
-        ));
+        let state = coordinator_state(pool);
+        let served = Served::start(addr, |listener, shutdown| {
+            coordinator::run(listener, state, shutdown)
+        })
+        .await;
         Self {
-            url: format!("http://{addr}"),
-            addr,
-            shutdown: Some(tx),
-            server: Some(server),
+            url: served.url.clone(),
+            addr: served.addr,
+            served,
         }
     }
 
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
-        }
+    pub async fn stop(self) {
+        self.served.stop().await;
     }
 }
 
@@ -260,8 +228,7 @@ pub struct Agent {
     pub url: String,
     pub wire: Arc<Wire>,
     pub state: region_agent::AppState,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    served: Served,
 }
 
 impl Agent {
@@ -284,7 +251,7 @@ impl Agent {
         let settings = region_agent::AgentSettings {
             region: region_name,
             auth: AgentAuth::new(
-                vec![(Tenant::parse("acme").unwrap(), TENANT_KEY.to_owned())],
+                vec![(Tenant::parse("acme").unwrap(), ACME_KEY.to_owned())],
                 Some(ADMIN.to_owned()),
             ),
             limits: Limits {
@@ -301,255 +268,49 @@ impl Agent {
         )
         .await
         .unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel();
-        let server = tokio::spawn(region_agent::run(listener, state.clone(), async move {
-            let _ = rx.await;
-        }));
+        let served = Served::start(None, |listener, shutdown| {
+            region_agent::run(listener, state.clone(), shutdown)
+        })
+        .await;
         Self {
             region: region.to_owned(),
-            url,
+            url: served.url.clone(),
             wire,
             state,
-            shutdown: Some(tx),
-            server: Some(server),
+            served,
         }
     }
 
-    pub fn buyer(&self) -> Buyer {
-        Buyer {
-            url: self.url.clone(),
-            client: client(),
-        }
+    /// A buyer's client for this agent.
+    pub fn buyer(&self) -> Api {
+        Api::new(&self.url)
     }
 
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
-        }
+    pub async fn stop(self) {
+        self.served.stop().await;
     }
 }
 
-/// A buyer's client for one agent.
-#[derive(Clone)]
-pub struct Buyer {
-    pub url: String,
-    pub client: Client,
-}
-
-impl Buyer {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.to_owned(),
-            client: client(),
-        }
-    }
-
-    pub async fn reserve(&self, key: &str, user: &str, sku: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .post(format!("{}/v1/reservations", self.url))
-            .bearer_auth(TENANT_KEY)
-            .json(&json!({"request_key": key, "user_id": user, "sku": sku}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Retries 503s with the same key until a final answer; returns the
-    /// answer, the time its final request was sent and the time it came back.
-    pub async fn reserve_until_final(
-        &self,
-        key: &str,
-        user: &str,
-        sku: &str,
-    ) -> (StatusCode, Value, Instant, Instant) {
-        for _ in 0..2_000 {
-            let sent = Instant::now();
-            let (status, body) = self.reserve(key, user, sku).await;
-            if status != StatusCode::SERVICE_UNAVAILABLE {
-                return (status, body, sent, Instant::now());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no final answer for {key}");
-    }
-
-    pub async fn action(&self, key: &str, action: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .post(format!("{}/v1/reservations/{key}/{action}", self.url))
-            .bearer_auth(TENANT_KEY)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-}
-
-/// The admin side of the coordinator.
-#[derive(Clone)]
-pub struct Admin {
-    pub url: String,
-    pub client: Client,
-}
-
-impl Admin {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.to_owned(),
-            client: client(),
-        }
-    }
-
-    pub async fn put_sku(&self, sku: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .put(format!("{}/v1/admin/skus/acme/{sku}", self.url))
-            .bearer_auth(ADMIN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn post(&self, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let r = req.send().await.unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn sku(&self, sku: &str) -> Value {
-        self.get(&format!("/v1/admin/skus/acme/{sku}")).await.1
-    }
-
-    /// Waits until every SKU has drift 0, no grant in transit, every region
-    /// agreeing with its lease, and `settle` true; then returns the audit.
-    pub async fn settled_audit(&self, deadline: Duration) -> Value {
-        let start = Instant::now();
-        loop {
-            let (status, audit) = self.get("/v1/admin/audit").await;
-            assert_eq!(status, StatusCode::OK, "{audit}");
-            let quiet = audit["skus"].as_array().unwrap().iter().all(|s| {
-                s["in_transit"] == 0
-                    && s["regions"]
-                        .as_object()
-                        .unwrap()
-                        .values()
-                        .all(|r| r["region_drift"] == 0)
-            });
-            if quiet && audit["drift_total"] == 0 {
-                return audit;
-            }
-            assert!(start.elapsed() < deadline, "did not settle: {audit:#}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The audit right now, asserting drift 0 (it must hold at every moment).
-    pub async fn assert_no_drift(&self) -> Value {
-        let (_, audit) = self.get("/v1/admin/audit").await;
-        for sku in audit["skus"].as_array().unwrap() {
-            assert_eq!(sku["drift"], 0, "drift: {sku:#}");
-            assert_eq!(sku["ledger_drift"], 0, "ledger drift: {sku:#}");
-        }
-        audit
-    }
-}
-
-/// Polls `check` until it returns true or the deadline passes.
-pub async fn eventually(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
-
-/// A workspace binary built next to this test (`cargo build --workspace --bins`).
-pub fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} missing: run `cargo build --workspace --bins` first",
-        path.display()
-    );
-    path
-}
-
-/// A child process killed on drop.
-pub struct Proc(pub Child);
-
-impl Proc {
-    pub fn spawn(cmd: &mut Command) -> Self {
-        Self(
-            cmd.stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    }
-
-    pub fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub async fn wait_ready(url: &str) {
-    let c = client();
-    eventually("/readyz", Duration::from_secs(30), async || {
-        c.get(format!("{url}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
+/// Waits until every SKU has drift 0, no grant in transit and every region
+/// agreeing with its lease; then returns the audit.
+pub async fn settled_audit(admin: &Api, deadline: Duration) -> Value {
+    let mut audit = Value::Null;
+    let settled = test_support::poll::within(deadline, async || {
+        let (status, now) = admin.admin_get("/v1/admin/audit").await;
+        assert_eq!(status, StatusCode::OK, "{now}");
+        let quiet = now["skus"].as_array().unwrap().iter().all(|s| {
+            s["in_transit"] == 0
+                && s["regions"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .all(|r| r["region_drift"] == 0)
+        });
+        let settled = quiet && now["drift_total"] == 0;
+        audit = now;
+        settled
     })
     .await;
+    assert!(settled, "did not settle within {deadline:?}: {audit:#}");
+    audit
 }

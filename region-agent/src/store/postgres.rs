@@ -3,9 +3,10 @@
 //! Every write is conditional and its affected-row count is checked: the
 //! lease row locked FOR SHARE with this process's epoch, holds inserted with
 //! `ON CONFLICT DO NOTHING` (the primary key judges idempotency, the partial
-//! unique index the per-user limit), transitions guarded by
-//! `status = 'HELD'` and the expiry, and the counter update checked by the
-//! table's CHECK constraints. A batch is one transaction: all of it or none.
+//! unique index the per-user limit), transitions applied in the order the
+//! owner decided them and guarded by `status = 'HELD'` and the expiry, and
+//! the counter update checked by the table's CHECK constraints. A batch is
+//! one transaction: all of it or none.
 
 use std::collections::HashMap;
 
@@ -140,28 +141,69 @@ impl Deltas {
     }
 }
 
+/// One decided transition of a batch: the key, its units, the change.
+type Decided = (RequestKey, Qty, Transition);
+
+/// Applies the batch's transitions so that each key's transitions commit in
+/// the order the owner decided them: an extend then a confirm of one hold
+/// must extend the HELD row and then sell it, not find it SOLD already.
+///
+/// Round `n` holds every key's `n`-th transition, in decision order. Keys
+/// within a round are distinct, so its statements touch disjoint rows and
+/// may run set-based, one per kind, each checked to change exactly its
+/// rows; rounds run one after the other. A batch that changes each key once
+/// (nearly all of them) is one round of at most four statements.
 async fn apply_transitions(
     tx: &mut Transaction<'_, Postgres>,
     batch: &Batch,
     deltas: &mut Deltas,
 ) -> Result<(), StoreError> {
+    for round in rounds(&batch.transitions) {
+        apply_round(tx, batch, &round, deltas).await?;
+    }
+    Ok(())
+}
+
+/// Splits transitions into rounds: a key's `n`-th transition goes to round `n`.
+fn rounds(transitions: &[Decided]) -> Vec<Vec<&Decided>> {
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(transitions.len());
+    let mut rounds: Vec<Vec<&Decided>> = Vec::new();
+    for decided in transitions {
+        let n = seen.entry(decided.0.as_str()).or_insert(0);
+        // A key's earlier transitions filled rounds 0..n, so round n exists or is next.
+        if *n == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(decided);
+        *n += 1;
+    }
+    rounds
+}
+
+/// Applies transitions of distinct keys, one conditional statement per kind.
+async fn apply_round(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+    round: &[&Decided],
+    deltas: &mut Deltas,
+) -> Result<(), StoreError> {
     let now = ts(batch.now_ms);
-    let mut by_kind: [(Vec<String>, i64); 3] = Default::default();
+    let mut by_kind: [(Vec<&str>, i64); 3] = Default::default();
     let mut extend_keys = Vec::new();
     let mut extend_until = Vec::new();
-    for (key, qty, transition) in &batch.transitions {
+    for (key, qty, transition) in round {
         let units = i64::from(qty.get());
         let slot = match transition {
             Transition::Confirm => 0,
             Transition::Release => 1,
             Transition::Expire => 2,
             Transition::Extend { expires_at_ms } => {
-                extend_keys.push(key.as_str().to_owned());
+                extend_keys.push(key.as_str());
                 extend_until.push(ts(*expires_at_ms));
                 continue;
             }
         };
-        by_kind[slot].0.push(key.as_str().to_owned());
+        by_kind[slot].0.push(key.as_str());
         by_kind[slot].1 += units;
     }
     let statements = [
@@ -499,6 +541,13 @@ impl Store for PgStore {
         let mut tx = self.pool.begin().await?;
         check_lease(&mut tx, epoch).await?;
         let mut deltas = Deltas::default();
+        // Decided transitions go first: the owner decided them on rows the
+        // sweep has not touched, and an action on a due hold decided its
+        // expiry itself. The sweep then finds only what no transition
+        // settled (its `expires_at <= now` is the owner's "due", and a
+        // transition leaves no due row HELD). Holds come after both: no
+        // transition names a key inserted in the same batch, and counters
+        // move once, at the end, so no step sees another's partial sums.
         apply_transitions(&mut tx, batch, &mut deltas).await?;
         let expired = if batch.sweep {
             sweep(&mut tx, batch, &mut deltas).await?

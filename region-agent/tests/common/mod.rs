@@ -1,27 +1,21 @@
-//! Shared test harness: an agent on a loopback socket over a real
-//! PostgreSQL database, and a small HTTP client for its API.
+//! The region agent's test harness: an agent on a loopback socket over a
+//! real PostgreSQL database, and what its database says. The API client,
+//! polling and process helpers come from `test-support`.
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use escrow_core::{RegionName, Tenant};
 use region_agent::auth::Auth;
 use region_agent::clock::{Clock, ManualClock, SystemClock};
 use region_agent::owner::Limits;
 use region_agent::store::postgres::PgStore;
+use region_agent::store::Store;
 use region_agent::{start, AgentSettings, AppState};
-use reqwest::{Client, StatusCode};
-use serde_json::{json, Value};
 use sqlx::PgPool;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-pub const ADMIN: &str = "admin-secret";
-pub const ACME_KEY: &str = "acme-key";
-pub const OTHER_KEY: &str = "other-key";
+pub use test_support::*;
 
 pub fn limits() -> Limits {
     Limits {
@@ -51,9 +45,7 @@ pub struct TestAgent {
     pub url: String,
     pub state: AppState,
     pub clock: Option<Arc<ManualClock>>,
-    pub client: Client,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    served: Served,
 }
 
 impl TestAgent {
@@ -73,181 +65,35 @@ impl TestAgent {
         limits: Limits,
         clock: Option<Arc<ManualClock>>,
     ) -> Self {
-        let store = Arc::new(PgStore::new(pool.clone()));
+        let store: Arc<dyn Store> = Arc::new(PgStore::new(pool.clone()));
         let dyn_clock: Arc<dyn Clock> = match &clock {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock),
         };
         let state = start(store, dyn_clock, settings(limits)).await.unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel();
-        let server = tokio::spawn(region_agent::run(listener, state.clone(), async move {
-            let _ = rx.await;
-        }));
+        let served = Served::start(None, |listener, shutdown| {
+            region_agent::run(listener, state.clone(), shutdown)
+        })
+        .await;
         Self {
-            url,
+            url: served.url.clone(),
             state,
             clock,
-            client: client(),
-            shutdown: Some(tx),
-            server: Some(server),
+            served,
         }
     }
 
     /// Graceful shutdown: waits until every in-flight request is answered.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
-        }
+    pub async fn stop(self) {
+        self.served.stop().await;
     }
 
     pub fn api(&self) -> Api {
-        Api {
-            url: self.url.clone(),
-            client: self.client.clone(),
-        }
+        Api::new(&self.url)
     }
 
     pub fn advance(&self, ms: u64) {
         self.clock.as_ref().expect("manual clock").advance(ms);
-    }
-}
-
-pub fn client() -> Client {
-    Client::builder()
-        .pool_max_idle_per_host(4096)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// A client for one agent (or any process speaking its API).
-#[derive(Clone)]
-pub struct Api {
-    pub url: String,
-    pub client: Client,
-}
-
-impl Api {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.to_owned(),
-            client: client(),
-        }
-    }
-
-    pub async fn put_sku(&self, tenant: &str, sku: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .put(format!("{}/v1/admin/skus/{tenant}/{sku}", self.url))
-            .bearer_auth(ADMIN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn admin_post(&self, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let r = req.send().await.unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// One reserve attempt.
-    pub async fn try_reserve(
-        &self,
-        key: &str,
-        user: &str,
-        sku: &str,
-    ) -> reqwest::Result<(StatusCode, Value)> {
-        let r = self
-            .client
-            .post(format!("{}/v1/reservations", self.url))
-            .bearer_auth(ACME_KEY)
-            .json(&json!({"request_key": key, "user_id": user, "sku": sku}))
-            .send()
-            .await?;
-        let status = r.status();
-        Ok((status, r.json().await.unwrap_or(Value::Null)))
-    }
-
-    pub async fn reserve(&self, key: &str, user: &str, sku: &str) -> (StatusCode, Value) {
-        self.try_reserve(key, user, sku).await.unwrap()
-    }
-
-    /// Reserves, retrying with the same key while the answer is a 503.
-    pub async fn reserve_until_final(
-        &self,
-        key: &str,
-        user: &str,
-        sku: &str,
-    ) -> (StatusCode, Value, u32) {
-        let mut retries = 0;
-        loop {
-            let (status, body) = self.reserve(key, user, sku).await;
-            if status != StatusCode::SERVICE_UNAVAILABLE {
-                return (status, body, retries);
-            }
-            retries += 1;
-            assert!(retries < 1_000, "no final answer for {key}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub async fn action(&self, key: &str, action: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .post(format!("{}/v1/reservations/{key}/{action}", self.url))
-            .bearer_auth(ACME_KEY)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn get(&self, key: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .get(format!("{}/v1/reservations/{key}", self.url))
-            .bearer_auth(ACME_KEY)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// The audit's drift for every SKU, asserting it is 0 everywhere.
-    pub async fn assert_no_drift(&self) -> Value {
-        let (status, audit) = self.admin_get("/v1/admin/audit").await;
-        assert_eq!(status, StatusCode::OK, "{audit}");
-        for sku in audit["skus"].as_array().unwrap() {
-            assert_eq!(sku["drift"], 0, "drift in {sku}");
-            assert_eq!(sku["rows_drift"], 0, "rows drift in {sku}");
-        }
-        assert_eq!(audit["drift_total"], 0);
-        audit
     }
 }
 
@@ -303,18 +149,6 @@ pub fn assert_balanced(s: &Stored) {
     assert_eq!(s.available + s.held + s.sold, s.total, "{s:?}");
     assert_eq!(s.held, s.rows_held, "{s:?}");
     assert_eq!(s.sold, s.rows_sold, "{s:?}");
-}
-
-/// Polls `check` until it returns true or the deadline passes.
-pub async fn eventually(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// A connection holding every SKU's counter row locked, so an owner's next

@@ -1,0 +1,26 @@
+//! What the integration tests of the coordinator and the region agent share.
+//!
+//! Both test trees drive real services over loopback HTTP against real
+//! PostgreSQL; the helpers that do not depend on either service live here
+//! once: the API client ([`api`]), waiting on a condition with a deadline
+//! ([`poll`]), a service served in the test's process ([`serve`]), child
+//! processes and their sockets ([`process`]), requests written by hand
+//! ([`raw`]), database URLs ([`db`]) and capturing what a service logs
+//! ([`log`]). What only one service's tests need stays in that
+//! service's `tests/common`.
+
+#![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
+
+pub mod api;
+pub mod db;
+pub mod log;
+pub mod poll;
+pub mod process;
+pub mod raw;
+pub mod serve;
+
+pub use api::{client, Api, Final, ACME_KEY, ADMIN, OTHER_KEY};
+pub use db::{database_url, server_url};
+pub use poll::eventually;
+pub use process::{binary, free_port, service, wait_ready, Proc};
+pub use serve::Served;
