@@ -1,0 +1,197 @@
+//! The coordinator's directives reach a SKU's owner on their own channel:
+//! a buyer queue that is full cannot make the agent drop a recall or a
+//! mode change.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use escrow_core::protocol::{
+    SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+};
+use escrow_core::Mode;
+use region_agent::clock::SystemClock;
+use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
+use region_agent::owner::Limits;
+use region_agent::store::postgres::PgStore;
+use reqwest::StatusCode;
+use sqlx::PgPool;
+
+/// A coordinator that says what the test tells it to: a standing directive
+/// with a grant until it is acknowledged, and then one single directive
+/// more, sent once and never repeated.
+#[derive(Default)]
+struct Scripted {
+    standing: Mutex<Option<SkuDirective>>,
+    once: Mutex<Option<SkuDirective>>,
+    sent_once: AtomicU32,
+    returned: Mutex<u64>,
+}
+
+fn directive(mode: Mode, return_until: u64) -> SkuDirective {
+    SkuDirective {
+        tenant: "acme".into(),
+        sku: "tee".into(),
+        mode,
+        paused: false,
+        max_per_user: 1,
+        hold_ttl_ms: 600_000,
+        return_until,
+        sold_out: false,
+    }
+}
+
+const GRANT: &str = "g-initial";
+
+#[async_trait]
+impl CoordinatorClient for Scripted {
+    async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
+        *self.returned.lock().unwrap() += req.returns.iter().map(|r| r.units).sum::<u64>();
+        let acked = req.acks.iter().any(|a| a == GRANT);
+        let mut resp = SyncResponse {
+            grants: Vec::new(),
+            confirmed: req.acks.clone(),
+            applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
+            skus: Vec::new(),
+        };
+        if let Some(d) = self.once.lock().unwrap().take() {
+            self.sent_once.fetch_add(1, Ordering::SeqCst);
+            resp.skus.push(d);
+        } else if let Some(d) = self.standing.lock().unwrap().clone() {
+            resp.skus.push(d);
+            if !acked {
+                resp.grants.push(TransferMsg {
+                    id: GRANT.into(),
+                    tenant: "acme".into(),
+                    sku: "tee".into(),
+                    units: 100,
+                });
+            }
+        }
+        Ok(resp)
+    }
+
+    async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {
+        Ok(TakeResponse {
+            grant: None,
+            exhausted: false,
+            paused: false,
+        })
+    }
+}
+
+/// Goal: with the SKU's buyer queue full (its owner stuck on a locked row),
+/// a recall and a switch to central mode sent in ONE sync, never repeated,
+/// still reach the owner and are committed once the row is free; every
+/// buyer gets a definite answer and the counters equal the rows.
+#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
+async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
+    let coordinator = Arc::new(Scripted::default());
+    *coordinator.standing.lock().unwrap() = Some(directive(Mode::Escrow, 0));
+    let link = Arc::new(CoordinatorLink::new(coordinator.clone(), 20));
+    let mut agent_settings = settings(Limits {
+        batch_size_max: 8,
+        queue_max: 16,
+        wait_timeout_ms: 30_000,
+    });
+    agent_settings.coordinator = Some(link);
+    let state = region_agent::start(
+        Arc::new(PgStore::new(pool.clone())),
+        Arc::new(SystemClock),
+        agent_settings,
+    )
+    .await
+    .unwrap();
+    let served = Served::start(None, |listener, shutdown| {
+        region_agent::run(listener, state.clone(), shutdown)
+    })
+    .await;
+    let api = Api::new(&served.url);
+    eventually(
+        "the grant is credited",
+        Duration::from_secs(10),
+        async || {
+            let available: Option<i64> = sqlx::query_scalar(
+                "SELECT available FROM sku_stock WHERE tenant = 'acme' AND sku = 'tee'",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            available == Some(100)
+        },
+    )
+    .await;
+    *coordinator.standing.lock().unwrap() = None;
+
+    // The owner's next commit waits on this lock; its queue fills behind it.
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM sku_stock WHERE tenant = 'acme' AND sku = 'tee' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    // More buyers than the batch and the queue hold: the rest are refused at once.
+    let queue_full = Arc::new(AtomicU32::new(0));
+    let mut buyers = Vec::new();
+    for i in 0..60 {
+        let (api, queue_full) = (api.clone(), queue_full.clone());
+        buyers.push(tokio::spawn(async move {
+            let (status, body) = api.reserve(&format!("k{i}"), &format!("u{i}"), "tee").await;
+            if body["outcome"] == "REJECTED_QUEUE_FULL" {
+                queue_full.fetch_add(1, Ordering::SeqCst);
+            }
+            (status, body)
+        }));
+    }
+    eventually("the queue is full", Duration::from_secs(10), async || {
+        queue_full.load(Ordering::SeqCst) > 0
+    })
+    .await;
+
+    *coordinator.once.lock().unwrap() = Some(directive(Mode::Central, 5));
+    eventually(
+        "the directive was sent",
+        Duration::from_secs(10),
+        async || coordinator.sent_once.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    lock.rollback().await.unwrap();
+
+    eventually(
+        "central mode is committed",
+        Duration::from_secs(10),
+        async || {
+            let mode: String = sqlx::query_scalar(
+                "SELECT mode FROM sku_stock WHERE tenant = 'acme' AND sku = 'tee'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            mode == "CENTRAL"
+        },
+    )
+    .await;
+    for buyer in buyers {
+        let (status, body) = buyer.await.unwrap();
+        assert!(
+            status == StatusCode::CREATED || status == StatusCode::SERVICE_UNAVAILABLE,
+            "{status} {body}"
+        );
+    }
+    eventually(
+        "the recall is returned",
+        Duration::from_secs(10),
+        async || *coordinator.returned.lock().unwrap() >= 5,
+    )
+    .await;
+    served.stop().await;
+    let s = stored(&pool, "tee").await;
+    assert_eq!(s.held, s.rows_held);
+    assert_eq!(s.sold, s.rows_sold);
+    assert_eq!(s.available + s.held + s.sold, s.total);
+}
