@@ -106,6 +106,8 @@ pub enum Timer {
     CommitDone,
     /// The idle owner wakes up.
     OwnerTick,
+    /// The owner asked to be woken (parked requests: a take or a deadline is due).
+    Wake,
     /// Time to report.
     SyncTick,
     /// A sync call got no answer within the client timeout.
@@ -227,6 +229,8 @@ pub struct Agent {
     /// Tickets the owner has and has not answered.
     waiting: HashSet<Ticket>,
     committing: Option<Batch>,
+    /// When a [`Timer::Wake`] is scheduled, ms since the epoch.
+    wake_at_ms: Option<u64>,
     take_call: Option<u64>,
     call_seq: u64,
     sync_call: Option<(u64, u64)>,
@@ -269,6 +273,7 @@ impl Agent {
             control: None,
             waiting: HashSet::new(),
             committing: None,
+            wake_at_ms: None,
             take_call: None,
             call_seq: 0,
             sync_call: None,
@@ -307,6 +312,7 @@ impl Agent {
     ) -> SkuOwner {
         let owner_cfg = OwnerConfig {
             batch_size_max: cfg.batch_size_max,
+            parked_max: cfg.max_waiting,
             coordinated: true,
             transfer_id_prefix: format!("{index}-{epoch}"),
         };
@@ -416,6 +422,17 @@ impl Agent {
                 }
                 self.pump(now_us, out);
             }
+            Timer::Wake => {
+                let now = now_ms(now_us);
+                if self.wake_at_ms.is_some_and(|at| at <= now) {
+                    self.wake_at_ms = None;
+                }
+                if self.owner.is_idle() && self.queue.is_empty() && now >= self.owner.poll_timeout()
+                {
+                    self.owner.handle_timeout(now);
+                }
+                self.pump(now_us, out);
+            }
             Timer::SyncTick => self.on_sync_tick(now_us, out),
             Timer::SyncTimeout(call) => {
                 if self.sync_call.map(|c| c.0) == Some(call) {
@@ -456,7 +473,12 @@ impl Agent {
                         self.owner.handle_directive(&directive, grants);
                     }
                     if self.queue.is_empty() && !self.owner.has_overflow() {
-                        return;
+                        let now = now_ms(now_us);
+                        if self.owner.parked() > 0 && self.owner.poll_timeout() <= now {
+                            self.owner.handle_timeout(now);
+                            continue;
+                        }
+                        return self.schedule_wake(now_us, out);
                     }
                     let room = self.owner.batch_room();
                     let commands: Vec<Command> =
@@ -468,6 +490,19 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Wakes the owner when it wants, if that is before its next tick and
+    /// no earlier wake is already set.
+    fn schedule_wake(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        let at = self.owner.poll_timeout();
+        let now = now_ms(now_us);
+        if self.owner.parked() == 0 || at <= now || self.wake_at_ms.is_some_and(|w| w <= at) {
+            return;
+        }
+        self.wake_at_ms = Some(at);
+        let at_us = (at - EPOCH_MS) * 1_000;
+        out.push(self.timer(at_us, Timer::Wake));
     }
 
     /// Hands the owner's answers to the world.
@@ -673,6 +708,7 @@ impl Agent {
         }
         self.control = None;
         self.committing = None;
+        self.wake_at_ms = None;
         self.take_call = None;
         self.sync_call = None;
         self.link_down = true;

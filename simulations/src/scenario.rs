@@ -25,6 +25,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("abandon-30", include_str!("../scenarios/abandon-30.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
+    ("tail-701", include_str!("../scenarios/tail-701.toml")),
 ];
 
 /// Why a scenario could not be used.

@@ -55,6 +55,9 @@ pub const RATE_HALF_LIFE_MS: u64 = 2_000;
 pub struct OwnerConfig {
     /// Most commands decided and committed in one batch.
     pub batch_size_max: usize,
+    /// Most requests waiting for units from elsewhere; beyond it a request
+    /// is refused unserved (REJECTED_WAIT_TIMEOUT) rather than parked.
+    pub parked_max: usize,
     /// The agent has a coordinator to take from and return to.
     pub coordinated: bool,
     /// Unique to this owner's incarnation (region, process and SKU): the
@@ -79,13 +82,22 @@ struct PendingAct {
     action: Action,
 }
 
+/// How long parked requests wait before the owner asks the coordinator
+/// again, unless a directive or grant arrives first.
+pub const TAKE_RETRY_MS: u64 = 20;
+
 /// How the take of a batch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TakeEnd {
     /// No unit is free anywhere: what did not fit is sold out.
     Exhausted,
-    /// Units may exist elsewhere, or the coordinator could not be asked.
-    Unsure,
+    /// The coordinator answered and units are free elsewhere: they are on
+    /// their way, so what did not fit waits for them.
+    Moving,
+    /// The coordinator could not be asked: what did not fit is paused.
+    Unreachable,
+    /// No take was due this batch: what did not fit keeps waiting.
+    NotAsked,
 }
 
 /// The batch in progress.
@@ -179,6 +191,10 @@ pub struct SkuOwner {
     next_sweep_ms: u64,
     next_tick_ms: u64,
     overflow: VecDeque<PendingReserve>,
+    /// Requests waiting for units to arrive from elsewhere, oldest first.
+    parked: VecDeque<PendingReserve>,
+    /// When parked requests may ask the coordinator again.
+    next_take_ms: u64,
     phase: Phase,
     io: Option<Io>,
     replies: VecDeque<(Ticket, Reply)>,
@@ -189,6 +205,7 @@ impl SkuOwner {
     /// The owner of a SKU loaded from storage at `now_ms`.
     pub fn new(cfg: OwnerConfig, record: SkuRecord, now_ms: u64) -> Self {
         assert!(cfg.batch_size_max > 0, "a batch holds at least one command");
+        assert!(cfg.parked_max > 0, "a request can wait for units");
         let mut owner = Self {
             cfg,
             tenant: record.tenant.clone(),
@@ -211,6 +228,8 @@ impl SkuOwner {
             next_sweep_ms: 0,
             next_tick_ms: now_ms + SWEEP_INTERVAL_MS,
             overflow: VecDeque::new(),
+            parked: VecDeque::new(),
+            next_take_ms: 0,
             phase: Phase::Idle,
             io: None,
             replies: VecDeque::new(),
@@ -305,9 +324,22 @@ impl SkuOwner {
         self.replies.pop_front()
     }
 
-    /// When the owner wants `handle_timeout` at the latest, ms since the epoch.
+    /// When the owner wants `handle_timeout` at the latest, ms since the
+    /// epoch: the next sweep, or the next take for requests waiting on
+    /// units from elsewhere, or the first of their deadlines.
     pub fn poll_timeout(&self) -> u64 {
-        self.next_tick_ms
+        let parked = self
+            .parked
+            .iter()
+            .map(|p| p.deadline.at_ms + 1)
+            .min()
+            .map(|deadline| deadline.min(self.next_take_ms));
+        parked.map_or(self.next_tick_ms, |at| at.min(self.next_tick_ms))
+    }
+
+    /// Requests waiting for units from elsewhere.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
     }
 
     // ----- inputs -----
@@ -335,6 +367,8 @@ impl SkuOwner {
         }
         self.return_until = Some(d.return_until);
         self.sold_out_everywhere = d.sold_out;
+        // Something moved: waiting requests may ask again at once.
+        self.next_take_ms = 0;
         for grant in grants {
             if !self.pending_grants.iter().any(|g| g.id == grant.id) {
                 self.pending_grants.push(grant);
@@ -348,7 +382,8 @@ impl SkuOwner {
         assert!(self.is_idle(), "one batch at a time");
         self.next_tick_ms = now_ms + SWEEP_INTERVAL_MS;
         let mut work = Work::new(self.tenant.clone(), self.sku.clone(), now_ms);
-        let mut reserves: Vec<PendingReserve> = self.overflow.drain(..).collect();
+        let mut reserves: Vec<PendingReserve> = self.parked.drain(..).collect();
+        reserves.extend(self.overflow.drain(..));
         for command in commands {
             match command {
                 Command::Reserve {
@@ -408,7 +443,12 @@ impl SkuOwner {
     /// answered PAUSED (nothing of theirs was written). Only while idle.
     pub fn handle_close(&mut self) {
         assert!(self.is_idle(), "close between batches");
-        for p in std::mem::take(&mut self.overflow) {
+        let waiting: Vec<PendingReserve> = self
+            .parked
+            .drain(..)
+            .chain(self.overflow.drain(..))
+            .collect();
+        for p in waiting {
             self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
         }
     }
@@ -491,8 +531,10 @@ impl SkuOwner {
         let Phase::Taking(mut work) = std::mem::replace(&mut self.phase, Phase::Idle) else {
             panic!("a take answer without a take");
         };
-        work.take = TakeEnd::Unsure;
+        work.take = TakeEnd::Unreachable;
+        self.next_take_ms = work.now_ms + TAKE_RETRY_MS;
         if let Some(resp) = answer {
+            work.take = TakeEnd::Moving;
             if let Some(grant) = resp.grant {
                 work.granted = grant.units;
                 work.batch.grants.push(grant);
@@ -623,6 +665,10 @@ impl SkuOwner {
         work.plan = plan_reserves(self.ledger.available, &quantities);
         work.take = TakeEnd::Exhausted;
         if !work.plan.overflow.is_empty() && self.cfg.coordinated && !self.sold_out_everywhere {
+            if work.now_ms < self.next_take_ms {
+                work.take = TakeEnd::NotAsked;
+                return self.build(work);
+            }
             let units = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
             let id = self.next_transfer_id("t");
             self.io = Some(Io::Take(TakeRequest {
@@ -837,12 +883,27 @@ impl SkuOwner {
         for p in overflow {
             if p.request.qty.units() <= self.ledger.available {
                 self.overflow.push_back(p);
-            } else if work.take == TakeEnd::Exhausted {
-                self.reply(p.ticket, Reply::Reserve(ReserveReply::SoldOut));
             } else {
-                self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                match work.take {
+                    TakeEnd::Exhausted => {
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::SoldOut));
+                    }
+                    TakeEnd::Unreachable => {
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                    }
+                    TakeEnd::Moving | TakeEnd::NotAsked
+                        if self.parked.len() < self.cfg.parked_max =>
+                    {
+                        self.parked.push_back(p);
+                    }
+                    TakeEnd::Moving | TakeEnd::NotAsked => {
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::WaitTimeout));
+                    }
+                }
             }
         }
+        // Parked requests keep their arrival order: the oldest is served first.
+        self.parked.make_contiguous().sort_by_key(|p| p.ticket);
         self.phase = Phase::Idle;
     }
 

@@ -39,6 +39,7 @@ impl Harness {
         let owner = SkuOwner::new(
             OwnerConfig {
                 batch_size_max: 8,
+                parked_max: 64,
                 coordinated: true,
                 transfer_id_prefix: "test".into(),
             },

@@ -126,6 +126,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
     let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
     let cfg = OwnerConfig {
         batch_size_max: deps.limits.batch_size_max,
+        parked_max: deps.limits.queue_max,
         coordinated: deps.link.is_some(),
         transfer_id_prefix: format!("{}-{}", deps.region, uuid::Uuid::new_v4().simple()),
     };
