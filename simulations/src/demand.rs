@@ -21,6 +21,8 @@ pub const HUMAN: u8 = u8::MAX;
 /// One buyer and their current attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Buyer {
+    /// When the buyer first arrived (its place in line).
+    pub arrived_us: u64,
     /// When the current request was sent.
     pub started_us: u64,
     /// Region the buyer reaches.

@@ -144,6 +144,14 @@ pub struct Metrics {
     pub buyers_turned_away: u64,
     /// Units those buyers asked for.
     pub units_turned_away: u64,
+    /// Buyers that left without a hold (SOLD_OUT, or out of retries on a
+    /// 503) at a moment when some unit was free in a region, in the pool or
+    /// in transit: what a policy that answers PAUSED instead of SOLD_OUT
+    /// cannot hide.
+    pub turned_away_while_free: u64,
+    /// HELD answers given to a buyer who arrived after some buyer had
+    /// already been turned away: later buyers served before earlier ones.
+    pub order_inversions: u64,
     /// Units unsold at the end although buyers were turned away: min(unsold, units turned away).
     pub stranded_units: u64,
     /// When no unit was free anywhere for the first time, ms after sale start.

@@ -110,6 +110,11 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
             "buyers served / turned away",
             format!("{} / {}", m.buyers_served, m.buyers_turned_away),
         ),
+        kv(
+            "turned away while units were free",
+            m.turned_away_while_free.to_string(),
+        ),
+        kv("order inversions", m.order_inversions.to_string()),
         kv("stranded units", m.stranded_units.to_string()),
         kv("time to sell-out (s)", secs(m.sell_out_ms)),
         kv("last hold (s)", secs(m.last_hold_ms)),
@@ -326,7 +331,7 @@ fn num(x: f64) -> String {
 }
 
 /// Header of the comparison table.
-pub const COMPARE_HEADER: [&str; 12] = [
+pub const COMPARE_HEADER: [&str; 14] = [
     "policy",
     "sold",
     "oversold",
@@ -335,6 +340,8 @@ pub const COMPARE_HEADER: [&str; 12] = [
     "sell-out (s)",
     "PAUSED",
     "turned away",
+    "turned away while free",
+    "inversions",
     "held p50 / p99 / p999 (ms)",
     "worst region p99 (ms)",
     "msgs / sale",
@@ -369,6 +376,8 @@ pub fn compare_row(policy: &str, runs: &[Metrics]) -> Vec<String> {
         sell_out,
         num(avg(&|m| m.paused_answers as f64)),
         num(avg(&|m| m.buyers_turned_away as f64)),
+        num(avg(&|m| m.turned_away_while_free as f64)),
+        num(avg(&|m| m.order_inversions as f64)),
         format!(
             "{} / {} / {}",
             lat_ms(&|m| m.held_latency.p50_us),

@@ -129,6 +129,10 @@ pub struct World {
     sold_to_buyers: u64,
     buyers_served: u64,
     turned_away: (u64, u64),
+    turned_away_while_free: u64,
+    /// Arrival of the earliest buyer turned away so far, µs.
+    first_turned_away_arrival_us: Option<u64>,
+    order_inversions: u64,
     released_holds: u64,
     confirms_refused: u64,
     sell_out_us: Option<u64>,
@@ -201,6 +205,9 @@ impl World {
             sold_to_buyers: 0,
             buyers_served: 0,
             turned_away: (0, 0),
+            turned_away_while_free: 0,
+            first_turned_away_arrival_us: None,
+            order_inversions: 0,
             released_holds: 0,
             confirms_refused: 0,
             sell_out_us: None,
@@ -476,6 +483,7 @@ impl World {
             1
         };
         self.buyers.push(Buyer {
+            arrived_us: self.now_us,
             started_us: self.now_us,
             region: u8::try_from(r).expect("validated: at most 32 regions"),
             burst: a.burst,
@@ -545,6 +553,12 @@ impl World {
         match answer {
             Answer::Held => {
                 self.buyers_served += 1;
+                if self
+                    .first_turned_away_arrival_us
+                    .is_some_and(|first| buyer.arrived_us > first)
+                {
+                    self.order_inversions += 1;
+                }
                 self.last_hold_us = Some(self.last_hold_us.unwrap_or(0).max(at_us));
                 self.after_hold(b, at_us);
             }
@@ -587,6 +601,14 @@ impl World {
     fn done(&mut self, b: u32, turned_away: bool) {
         self.pending_buyers -= 1;
         if turned_away {
+            if self.free_units() > 0 {
+                self.turned_away_while_free += 1;
+            }
+            let arrived = self.buyers[b as usize].arrived_us;
+            self.first_turned_away_arrival_us = Some(
+                self.first_turned_away_arrival_us
+                    .map_or(arrived, |first| first.min(arrived)),
+            );
             self.turned_away.0 += 1;
             self.turned_away.1 += u64::from(self.buyers[b as usize].qty);
         }
@@ -911,6 +933,8 @@ impl World {
             rejected_answers: rejected,
             buyers_served: self.buyers_served,
             buyers_turned_away: self.turned_away.0,
+            turned_away_while_free: self.turned_away_while_free,
+            order_inversions: self.order_inversions,
             units_turned_away: self.turned_away.1,
             stranded_units: (self.coordinator.ledger.total - sold).min(self.turned_away.1),
             sell_out_ms: to_ms(self.sell_out_us),
