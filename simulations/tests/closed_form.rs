@@ -1,0 +1,95 @@
+//! Scenarios whose outcome can be worked out by hand: the simulator must
+//! reproduce them within 3%, or its figures cannot be trusted for the
+//! cases nobody can work out.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use simulations::{run, Scenario};
+
+/// Two regions of equal weight share 1,000 units (500 each, a static split:
+/// nothing ever moves); 2,200 buyers arrive at a flat rate, 2,000 in `a`
+/// and 200 in `b`, and never retry.
+fn uneven_static_split() -> Scenario {
+    Scenario::parse(
+        "uneven-static",
+        r#"
+name = "uneven-static"
+seed = 1
+[sku]
+total = 1_000
+hold_ttl_ms = 600_000
+[[regions]]
+name = "a"
+weight = 1
+demand = 10.0
+rtt_ms = 1
+[[regions]]
+name = "b"
+weight = 1
+demand = 1.0
+rtt_ms = 1
+[demand]
+buyers = 2_200
+duration_s = 2.0
+base_share = 1.0
+[buyers]
+abandon = 0.0
+release = 0.0
+extend = 0.0
+confirm_delay_ms = [1_000, 1_000]
+retries = 0
+"#,
+    )
+    .unwrap()
+}
+
+fn within_3_percent(what: &str, measured: f64, expected: f64) {
+    let error = (measured - expected).abs() / expected;
+    assert!(
+        error <= 0.03,
+        "{what}: measured {measured}, worked out {expected} ({:.1}% off)",
+        error * 100.0
+    );
+}
+
+/// Goal: a static split under uneven flat demand. By hand: `a` sells its
+/// 500 and turns the other 1,500 of its buyers away while `b`'s 300 unsold
+/// units sit idle, so 700 are sold, 300 stranded, and all 1,500 are turned
+/// away while units are free; `b` sells one unit to each of its 200 buyers.
+#[test]
+fn static_split_strands_the_quiet_regions_units() {
+    let s = uneven_static_split();
+    let m = run(&s, "static", 1, None).unwrap().metrics;
+    within_3_percent("units sold", m.sold_units as f64, 700.0);
+    within_3_percent("stranded units", m.stranded_units as f64, 300.0);
+    within_3_percent(
+        "turned away while free",
+        m.turned_away_while_free as f64,
+        1_500.0,
+    );
+    within_3_percent("buyers served", m.buyers_served as f64, 700.0);
+    assert_eq!(m.oversold_units, 0);
+}
+
+/// Goal: one counter under flat demand. By hand: 5,000 units, 10,000 buyers
+/// arriving at a flat 5,000 per second in one region: the stock lasts
+/// 5,000 / 5,000 = 1.0 s, then every later buyer is told SOLD_OUT with no
+/// unit free anywhere.
+#[test]
+fn one_counter_sells_out_when_demand_has_taken_the_total() {
+    let mut s = uneven_static_split();
+    s.name = "flat-central".into();
+    s.sku.total = 5_000;
+    s.regions.truncate(1);
+    s.demand.buyers = 10_000;
+    s.validate().unwrap();
+    let m = run(&s, "central", 1, None).unwrap().metrics;
+    within_3_percent("units sold", m.sold_units as f64, 5_000.0);
+    within_3_percent(
+        "time to sell-out (s)",
+        m.sell_out_ms.unwrap() / 1_000.0,
+        1.0,
+    );
+    within_3_percent("buyers turned away", m.buyers_turned_away as f64, 5_000.0);
+    assert_eq!(m.oversold_units, 0);
+}
