@@ -111,6 +111,32 @@ pub struct SyncResponse {
     pub skus: Vec<SkuDirective>,
 }
 
+/// Agent -> coordinator, held open: "wake me when you have something for me".
+///
+/// The coordinator answers at once if its notice number for the region is
+/// past `seen`, else when it next has news for the region (a recall, a
+/// grant, a mode change), else after `wait_ms`; the agent then syncs at
+/// once instead of at its next interval. So a recall reaches a region in
+/// one network hop, not a sync interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchRequest {
+    /// The agent's fencing epoch in its own database.
+    pub epoch: i64,
+    /// The last notice number the agent saw (0 at start).
+    pub seen: u64,
+    /// Longest the coordinator may hold the request, ms.
+    pub wait_ms: u64,
+}
+
+/// Coordinator -> agent, the answer to a [`WatchRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchResponse {
+    /// The region's current notice number; past `seen` means: sync now.
+    pub notice: u64,
+}
+
 /// Agent -> coordinator: units a buyer needs now that the region lacks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,8 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
+use escrow_core::protocol::{
+    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+};
 use escrow_core::RegionName;
+use tokio::sync::Notify;
 
 /// Why a call to the coordinator failed. The outcome is unknown: the
 /// coordinator may have applied the request.
@@ -36,6 +39,8 @@ pub trait CoordinatorClient: Send + Sync + 'static {
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError>;
     /// Ask for units now.
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError>;
+    /// Wait (bounded) for the coordinator to have news for this region.
+    async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError>;
 }
 
 /// The coordinator over HTTP.
@@ -105,6 +110,10 @@ impl CoordinatorClient for HttpCoordinator {
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError> {
         self.post("take", req).await
     }
+
+    async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError> {
+        self.post("watch", req).await
+    }
 }
 
 /// The client and whether the coordinator answered lately.
@@ -114,6 +123,7 @@ pub struct CoordinatorLink {
     /// How often to sync.
     pub sync_interval_ms: u64,
     down: AtomicBool,
+    sync_now: Notify,
 }
 
 impl std::fmt::Debug for CoordinatorLink {
@@ -132,7 +142,20 @@ impl CoordinatorLink {
             client,
             sync_interval_ms,
             down: AtomicBool::new(true),
+            sync_now: Notify::new(),
         }
+    }
+
+    /// Asks the sync loop to sync at once (units were returned, or buyers
+    /// wait for units from elsewhere) rather than at its next interval.
+    /// Requests made before the loop wakes count once.
+    pub fn request_sync(&self) {
+        self.sync_now.notify_one();
+    }
+
+    /// Resolves when a sync was requested.
+    pub async fn sync_requested(&self) {
+        self.sync_now.notified().await;
     }
 
     /// Whether the last call failed.

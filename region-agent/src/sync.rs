@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TransferMsg};
+use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest};
 use escrow_core::{Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
 
@@ -20,14 +20,26 @@ use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::owner::Control;
 use crate::AppState;
 
-/// Runs syncs until `stop` turns true or this process is fenced.
+/// Longest the coordinator holds a watch call open; shorter than the
+/// agent's client timeout, so a held call is never mistaken for a dead link.
+pub const WATCH_WAIT_MS: u64 = 1_000;
+
+/// Runs syncs until `stop` turns true or this process is fenced: every
+/// `sync_interval_ms`, and at once when an owner or the coordinator's
+/// notice asks for one.
 pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::Receiver<bool>) {
     let interval = Duration::from_millis(link.sync_interval_ms);
+    tokio::spawn(watch_notices(
+        link.clone(),
+        state.fence().epoch().0,
+        stop.clone(),
+    ));
     let mut seq = 0u64;
     let mut rtt_ms = 0u64;
     loop {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
+            () = link.sync_requested() => {}
             _ = stop.changed() => break,
         }
         if *stop.borrow() || state.fence().is_fenced() {
@@ -83,6 +95,44 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             }
         }
         metrics::counter!("escrow_syncs_total").increment(1);
+    }
+}
+
+/// Holds a watch call open at the coordinator and asks for a sync as soon
+/// as it has news for this region (a recall above all), so units move in
+/// one hop rather than after a sync interval. A coordinator that cannot be
+/// reached is retried after a sync interval; the periodic sync goes on
+/// regardless.
+async fn watch_notices(link: Arc<CoordinatorLink>, epoch: i64, mut stop: watch::Receiver<bool>) {
+    let pause = Duration::from_millis(link.sync_interval_ms);
+    let mut seen = 0;
+    loop {
+        let req = WatchRequest {
+            epoch,
+            seen,
+            wait_ms: WATCH_WAIT_MS,
+        };
+        tokio::select! {
+            answer = link.client.watch(&req) => match answer {
+                Ok(resp) => {
+                    if resp.notice != seen {
+                        seen = resp.notice;
+                        link.request_sync();
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "watch failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        _ = stop.changed() => break,
+                    }
+                }
+            },
+            _ = stop.changed() => break,
+        }
+        if *stop.borrow() {
+            break;
+        }
     }
 }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
-    SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+    SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg, WatchRequest,
+    WatchResponse,
 };
 use escrow_core::Mode;
 use region_agent::clock::SystemClock;
@@ -75,6 +76,12 @@ impl CoordinatorClient for Scripted {
             }
         }
         Ok(resp)
+    }
+
+    async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
+        Err(ClientError::Unreachable(
+            "no notices from this coordinator".into(),
+        ))
     }
 
     async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {

@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
 use coordinator::store::{Ledger, MIGRATOR as COORD_MIGRATOR};
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
+use escrow_core::protocol::{
+    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+};
 use escrow_core::{RegionName, Tenant};
 use region_agent::auth::Auth as AgentAuth;
 use region_agent::clock::SystemClock;
@@ -123,6 +125,10 @@ impl Wire {
 
 #[async_trait]
 impl CoordinatorClient for Wire {
+    async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError> {
+        self.inner.watch(req).await
+    }
+
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         let Some(faults) = &self.faults else {

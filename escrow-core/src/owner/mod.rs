@@ -86,6 +86,10 @@ struct PendingAct {
 /// again, unless a directive or grant arrives first.
 pub const TAKE_RETRY_MS: u64 = 20;
 
+/// How much of its recent sale rate a region asks for on top of what its
+/// waiting buyers need when it takes, in ms of sales (escrow mode only).
+pub const TAKE_PREFETCH_MS: u64 = 250;
+
 /// How the take of a batch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TakeEnd {
@@ -669,7 +673,15 @@ impl SkuOwner {
                 work.take = TakeEnd::NotAsked;
                 return self.build(work);
             }
-            let units = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
+            let wanted: u64 = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
+            // In escrow mode a take also brings a little of the region's
+            // near-term demand, so the next buyers sell locally instead of
+            // each batch asking again; central mode keeps every unit central.
+            let prefetch = match self.mode {
+                Mode::Escrow => (self.rate_per_s * TAKE_PREFETCH_MS as f64 / 1_000.0).ceil() as u64,
+                Mode::Central => 0,
+            };
+            let units = wanted + prefetch;
             let id = self.next_transfer_id("t");
             self.io = Some(Io::Take(TakeRequest {
                 id,

@@ -117,6 +117,8 @@ struct Driver {
     owner: SkuOwner,
     waiting: HashMap<Ticket, Responder>,
     next_ticket: Ticket,
+    /// The batch in progress asked the coordinator: its holds paid a round trip.
+    took: bool,
 }
 
 /// Starts the owner of a loaded SKU and returns its handle.
@@ -139,6 +141,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
         owner,
         waiting: HashMap::new(),
         next_ticket: 0,
+        took: false,
     };
     driver.report_drift();
     driver.publish();
@@ -292,6 +295,7 @@ impl Driver {
     /// Carries out the owner's I/O until it is idle, answering as it goes.
     async fn drive(&mut self) {
         let drifted = self.owner.is_drifted();
+        self.took = false;
         loop {
             self.deliver();
             let Some(io) = self.owner.poll_io() else {
@@ -304,11 +308,26 @@ impl Driver {
                 }
                 Io::Take(request) => {
                     let answer = self.take(&request).await;
+                    let short = answer.as_ref().is_some_and(|a| {
+                        !a.exhausted && a.grant.as_ref().map_or(0, |g| g.units) < request.units
+                    });
+                    self.took = true;
                     self.owner.handle_take_answer(answer);
+                    if short {
+                        // Buyers wait for units elsewhere: report the demand now.
+                        self.request_sync();
+                    }
                 }
                 Io::Commit(batch) => {
                     let result = self.commit(&batch).await;
+                    let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
+                    let committed = result.is_ok();
                     self.owner.handle_commit_result(result);
+                    if committed && moved {
+                        // Returned units are free for others only once the
+                        // coordinator has them; acks free its outbox.
+                        self.request_sync();
+                    }
                 }
                 Io::Reload => {
                     let record = self.reload().await;
@@ -320,6 +339,12 @@ impl Driver {
         if self.owner.is_drifted() && !drifted {
             tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku,
                 "ledger refused a committed move; SKU stopped");
+        }
+    }
+
+    fn request_sync(&self) {
+        if let Some(link) = &self.deps.link {
+            link.request_sync();
         }
     }
 
@@ -338,6 +363,8 @@ impl Driver {
                         self.deps
                             .keys
                             .insert(&self.view.tenant, r.request_key.clone());
+                        let path = if self.took { "take" } else { "local" };
+                        metrics::counter!("escrow_holds_total", "path" => path).increment(1);
                     }
                     metrics::counter!("escrow_reservations_total", "outcome" => reply.outcome())
                         .increment(1);
