@@ -13,11 +13,14 @@
 //! - [`book`]: a complete in-memory SKU book combining the above; the model
 //!   the property tests and the simulator drive.
 //! - [`policy`]: how the coordinator splits and moves quota between regions.
+//! - [`allocation`]: the coordinator's rules for one SKU: syncs, takes and
+//!   admin changes over the pool, grants in transit and leases.
 //! - [`pool`]: the coordinator's ledger: pool, in transit, leases.
 //! - [`protocol`]: the messages between region agents and the coordinator.
 //! - [`rate`]: a region's recent sale rate, for the policy.
 
 pub mod admission;
+pub mod allocation;
 pub mod book;
 pub mod ids;
 pub mod ledger;
@@ -28,6 +31,10 @@ pub mod rate;
 pub mod reservation;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
+pub use allocation::{
+    AgentSession, Allocation, AllocationError, Moves, RegionAllocation, Report, Synced,
+    TakeHistory, Taken,
+};
 pub use book::{Book, ReserveOutcome};
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
