@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
-use coordinator::store::{Ledger, MIGRATOR as COORD_MIGRATOR};
+use coordinator::store::{Store, MIGRATOR as COORD_MIGRATOR};
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
 use escrow_core::{RegionName, Tenant};
 use region_agent::auth::Auth as AgentAuth;
@@ -207,7 +207,7 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
         .map(|r| (RegionName::parse(r).unwrap(), region_token(r)))
         .collect();
     coordinator::AppState::new(
-        Ledger::new(pool.clone()),
+        Store::new(pool.clone()),
         CoordAuth::new(Some(ADMIN.to_owned()), regions),
         coordinator::policy_named("tail-merge", SYNC_MS).unwrap(),
         10_000,
