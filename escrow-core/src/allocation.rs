@@ -719,6 +719,25 @@ mod tests {
         }
     }
 
+    /// Region 0's sync under the static split.
+    fn sync_static(
+        sku: &mut Allocation,
+        session: Option<AgentSession>,
+        req: &SyncRequest,
+        applied: &HashSet<String>,
+        now_ms: u64,
+    ) -> Result<Synced, AllocationError> {
+        sync(
+            &mut [(sku, 0)],
+            session,
+            req,
+            applied,
+            now_ms,
+            &StaticSplit,
+            &mut ids(),
+        )
+    }
+
     /// Goal: a grant, its ack and a return keep the total; a repeated ack or
     /// return changes nothing; a return beyond the lease and an older epoch
     /// are refused without a trace.
@@ -729,16 +748,7 @@ mod tests {
         let grant = sku.pending_grants(0)[0].clone();
         let req = sync_req(1, vec![grant.id.clone()], vec![ret("r-1", 2)], 3);
         let none = HashSet::new();
-        let out = sync(
-            &mut [(&mut sku, 0)],
-            None,
-            &req,
-            &none,
-            7,
-            &StaticSplit,
-            &mut ids(),
-        )
-        .unwrap();
+        let out = sync_static(&mut sku, None, &req, &none, 7).unwrap();
         assert_eq!(sku.regions[0].leased, 3);
         assert_eq!(sku.pool, 2);
         assert_eq!(out.applied, vec![ret("r-1", 2)]);
@@ -750,44 +760,19 @@ mod tests {
 
         let applied: HashSet<String> = ["r-1".to_owned()].into();
         let after = sku.clone();
-        let again = sync(
-            &mut [(&mut sku, 0)],
-            session,
-            &req,
-            &applied,
-            8,
-            &StaticSplit,
-            &mut ids(),
-        )
-        .unwrap();
+        let again = sync_static(&mut sku, session, &req, &applied, 8).unwrap();
         assert_eq!(sku, after, "a replayed sync moves nothing");
         assert_eq!(again.session, None, "an old report is not applied again");
 
         let too_much = sync_req(2, vec![], vec![ret("r-2", 4)], 1);
         assert!(matches!(
-            sync(
-                &mut [(&mut sku, 0)],
-                session,
-                &too_much,
-                &applied,
-                9,
-                &StaticSplit,
-                &mut ids()
-            ),
+            sync_static(&mut sku, session, &too_much, &applied, 9),
             Err(AllocationError::Invalid(_))
         ));
         let mut old = sync_req(3, vec![], vec![], 0);
         old.epoch = 0;
         assert_eq!(
-            sync(
-                &mut [(&mut sku, 0)],
-                session,
-                &old,
-                &applied,
-                9,
-                &StaticSplit,
-                &mut ids()
-            ),
+            sync_static(&mut sku, session, &old, &applied, 9),
             Err(AllocationError::StaleEpoch)
         );
         assert_eq!(sku, after);
@@ -803,70 +788,29 @@ mod tests {
     fn takes_grant_from_the_pool_once() {
         let mut a = new_sku(3, &[1, 1], &CentralOnly);
         assert_eq!(a.mode, Mode::Central);
-        let take = |units| TakeRequest {
-            id: "t-1".into(),
-            tenant: "t".into(),
-            sku: "s".into(),
-            units,
+        let take = |a: &mut Allocation, region, id: &str, units, history| {
+            let req = TakeRequest {
+                id: id.into(),
+                tenant: "t".into(),
+                sku: "s".into(),
+                units,
+            };
+            a.take(region, &req, history, &CentralOnly, &mut ids())
         };
-        let out = a
-            .take(0, &take(2), TakeHistory::Unused, &CentralOnly, &mut ids())
-            .unwrap();
+        let out = take(&mut a, 0, "t-1", 2, TakeHistory::Unused).unwrap();
         assert_eq!((out.granted, out.response.exhausted, a.pool), (2, false, 1));
-        let again = a
-            .take(
-                0,
-                &take(2),
-                TakeHistory::GrantedHere(2),
-                &CentralOnly,
-                &mut ids(),
-            )
-            .unwrap();
-        assert_eq!(
-            (again.granted, again.response.grant.map(|g| g.units)),
-            (0, Some(2))
-        );
-        assert!(a
-            .take(
-                0,
-                &take(2),
-                TakeHistory::UsedElsewhere,
-                &CentralOnly,
-                &mut ids()
-            )
-            .is_err());
+        let again = take(&mut a, 0, "t-1", 2, TakeHistory::GrantedHere(2)).unwrap();
+        let units = again.response.grant.map(|g| g.units);
+        assert_eq!((again.granted, units), (0, Some(2)));
+        assert!(take(&mut a, 0, "t-1", 2, TakeHistory::UsedElsewhere).is_err());
         a.paused = true;
-        let paused = a
-            .take(
-                1,
-                &TakeRequest {
-                    id: "t-2".into(),
-                    ..take(1)
-                },
-                TakeHistory::Unused,
-                &CentralOnly,
-                &mut ids(),
-            )
-            .unwrap();
+        let paused = take(&mut a, 1, "t-2", 1, TakeHistory::Unused).unwrap();
         assert!(paused.response.paused && paused.response.grant.is_none());
         a.paused = false;
-        let short = a
-            .take(
-                1,
-                &TakeRequest {
-                    id: "t-3".into(),
-                    ..take(2)
-                },
-                TakeHistory::Unused,
-                &CentralOnly,
-                &mut ids(),
-            )
-            .unwrap();
+        let short = take(&mut a, 1, "t-3", 2, TakeHistory::Unused).unwrap();
         assert_eq!(short.granted, 1);
-        assert!(
-            !short.response.exhausted,
-            "2 units are still in transit to region 0"
-        );
+        let why = "2 units are still in transit to region 0";
+        assert!(!short.response.exhausted, "{why}");
     }
 
     fn policy(i: u8) -> Box<dyn Policy> {
