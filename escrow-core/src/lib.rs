@@ -15,7 +15,6 @@
 //! - [`policy`]: how the coordinator splits and moves quota between regions.
 //! - [`allocation`]: the coordinator's rules for one SKU: syncs, takes and
 //!   admin changes over the pool, grants in transit and leases.
-//! - [`pool`]: the coordinator's ledger: pool, in transit, leases.
 //! - [`protocol`]: the messages between region agents and the coordinator.
 //! - [`rate`]: a region's recent sale rate, for the policy.
 
@@ -25,7 +24,6 @@ pub mod book;
 pub mod ids;
 pub mod ledger;
 pub mod policy;
-pub mod pool;
 pub mod protocol;
 pub mod rate;
 pub mod reservation;
@@ -39,6 +37,5 @@ pub use book::{Book, ReserveOutcome};
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
-pub use pool::{PoolLedger, RegionQuota};
 pub use rate::RateMeter;
 pub use reservation::{Refusal, Reservation, Status, Transition};
