@@ -201,7 +201,6 @@ fn check_transfer(kind: &str, id: &str, units: u64) -> Result<(), AllocationErro
 impl Allocation {
     /// A new SKU: `total` units in the pool, then the policy's initial split
     /// granted to regions of `weights`. Grant ids come from `new_id`.
-    #[allow(clippy::too_many_arguments)] // The SKU's identity and settings, and the policy's inputs.
     pub fn create(
         tenant: Tenant,
         sku: Sku,
