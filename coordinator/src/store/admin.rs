@@ -9,7 +9,7 @@ use escrow_core::{Allocation, Mode, Moves, Policy, RegionName, Sku, SkuSettings,
 use serde::Serialize;
 use sqlx::Row;
 
-use super::books::{load, save, stored, timestamp, Loaded, Lock};
+use super::books::{load, load_to_change, save, stored, timestamp, Loaded, Lock};
 use super::{new_grant_id, observe, Store, StoreError};
 
 /// One region's part of a SKU, as the admin API shows it.
@@ -158,7 +158,8 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let invalid = |e: escrow_core::IdError| StoreError::Invalid(e.to_string());
         let mut tx = self.pool.begin().await?;
-        let existing = load(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
+        let existing =
+            load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
         let created = existing.is_none();
         let (before, mut loaded, split) = match existing {
             None => {
@@ -240,7 +241,7 @@ impl Store {
         change: impl FnOnce(&mut Allocation) -> Moves,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let mut loaded = load(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
+        let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
         let before = loaded.allocation.clone();

@@ -67,6 +67,27 @@ pub(super) fn timestamp(ms: u64) -> Result<DateTime<Utc>, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("report time {ms} ms out of range")))
 }
 
+/// Loads one SKU to change it: as [`load`], but a SKU whose stored books
+/// do not balance is refused (the rules assert the balance at every move,
+/// and a corrupt SKU must stop selling rather than sell on; the audit shows it).
+pub(super) async fn load_to_change(
+    conn: &mut PgConnection,
+    tenant: &str,
+    sku: &str,
+    lock: Lock,
+) -> Result<Option<Loaded>, StoreError> {
+    let Some(loaded) = load(conn, tenant, sku, lock).await? else {
+        return Ok(None);
+    };
+    if !loaded.allocation.is_balanced() {
+        return Err(StoreError::Corrupt(format!(
+            "books of {tenant}/{sku} do not balance: ledger drift {}",
+            loaded.allocation.ledger_drift()
+        )));
+    }
+    Ok(Some(loaded))
+}
+
 /// Loads one SKU with its regions and pending grants.
 pub(super) async fn load(
     conn: &mut PgConnection,

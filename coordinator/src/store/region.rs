@@ -10,7 +10,7 @@ use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse
 use escrow_core::{Policy, RegionName};
 use sqlx::PgConnection;
 
-use super::books::{count, load, save, stored, Loaded, Lock};
+use super::books::{count, load_to_change, save, stored, Loaded, Lock};
 use super::{new_grant_id, observe, Store, StoreError};
 
 /// The region's agent row, locked: its session as the rules see it, and
@@ -58,7 +58,7 @@ async fn lock_region_skus(
     .await?;
     let mut skus = Vec::with_capacity(keys.len());
     for (tenant, sku) in &keys {
-        let loaded = load(conn, tenant, sku, Lock::None)
+        let loaded = load_to_change(conn, tenant, sku, Lock::None)
             .await?
             .ok_or(StoreError::UnknownSku)?;
         skus.push(loaded);
@@ -178,7 +178,7 @@ impl Store {
         policy: &dyn Policy,
     ) -> Result<TakeResponse, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let mut loaded = load(&mut tx, &req.tenant, &req.sku, Lock::ForUpdate)
+        let mut loaded = load_to_change(&mut tx, &req.tenant, &req.sku, Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
         let index = loaded.index_of(region).ok_or(StoreError::UnknownSku)?;
