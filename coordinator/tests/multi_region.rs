@@ -444,11 +444,7 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
 /// unknown token is 401; nothing moves.
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
-    let admin = Admin::new(&coord.url);
-    admin
-        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
-        .await;
+    let (coord, admin) = Coord::with_drop(&pool).await;
     let before = admin.sku("drop").await;
     let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
     let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
@@ -490,11 +486,7 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
 /// moved; a good one moves its units once, and its replay moves nothing.
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn a_sync_applies_whole_or_not_at_all(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
-    let admin = Admin::new(&coord.url);
-    admin
-        .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
-        .await;
+    let (coord, admin) = Coord::with_drop(&pool).await;
     let c = client();
     let sync = async |seq: u64, acks: Value, returns: Value| {
         let body = json!({"epoch": 1, "seq": seq, "rtt_ms": 0, "skus": [], "acks": acks, "returns": returns});

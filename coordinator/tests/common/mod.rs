@@ -215,6 +215,17 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
 }
 
 impl Coord {
+    /// A coordinator with SKU `drop`: 100 units over eu and us, equal weights.
+    pub async fn with_drop(pool: &PgPool) -> (Self, Admin) {
+        let coord = Self::start(pool, None).await;
+        let admin = Admin::new(&coord.url);
+        let (status, body) = admin
+            .put_sku("drop", json!({"total": 100, "regions": {"eu": 1, "us": 1}}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (coord, admin)
+    }
+
     pub async fn start(pool: &PgPool, addr: Option<std::net::SocketAddr>) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
