@@ -2,8 +2,8 @@
 //! regions, and moves quota between the pool and region agents as
 //! transfers that apply exactly once.
 //!
-//! A thin driver around escrow-core's [`escrow_core::PoolLedger`] rules and
-//! [`escrow_core::Policy`]: [`store`] keeps the ledger in PostgreSQL,
+//! A thin driver around escrow-core's [`escrow_core::allocation`] rules and
+//! [`escrow_core::Policy`]: [`store`] keeps the books in PostgreSQL,
 //! [`http`] serves the admin API and the region API (sync and take), and
 //! [`run`] serves until shutdown.
 
@@ -24,14 +24,14 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
-use crate::store::Ledger;
+use crate::store::Store;
 
 /// Shared state of a running coordinator; cheap to clone.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    ledger: Ledger,
+    store: Store,
     auth: Auth,
     policy: Box<dyn Policy>,
     stale_report_ms: u64,
@@ -40,18 +40,18 @@ struct Inner {
 
 impl AppState {
     /// State over a migrated database.
-    pub fn new(ledger: Ledger, auth: Auth, policy: Box<dyn Policy>, stale_report_ms: u64) -> Self {
+    pub fn new(store: Store, auth: Auth, policy: Box<dyn Policy>, stale_report_ms: u64) -> Self {
         Self(Arc::new(Inner {
-            ledger,
+            store,
             auth,
             policy,
             stale_report_ms,
             metrics: service_kit::metrics_handle(),
         }))
     }
-    /// The ledger.
-    pub fn ledger(&self) -> &Ledger {
-        &self.0.ledger
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.0.store
     }
     /// Credentials.
     pub fn auth(&self) -> &Auth {

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Parser;
 use coordinator::auth::Auth;
 use coordinator::config::Config;
-use coordinator::store::{Ledger, MIGRATOR};
+use coordinator::store::{Store, MIGRATOR};
 use coordinator::{policy_named, run, AppState};
 use std::str::FromStr;
 
@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the database")?;
     MIGRATOR.run(&pool).await.context("applying migrations")?;
     let state = AppState::new(
-        Ledger::new(pool),
+        Store::new(pool),
         Auth::new(config.admin_token, config.region_tokens),
         policy,
         config.stale_report_ms,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 
 const REGIONS: [&str; 3] = ["eu", "us", "ap"];
@@ -450,15 +450,7 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
 /// unknown token is 401; nothing moves.
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
-    let admin = Api::new(&coord.url);
-    admin
-        .put_sku(
-            "acme",
-            "drop",
-            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
-        )
-        .await;
+    let (coord, admin) = Coord::with_drop(&pool).await;
     let before = admin.admin_sku("acme", "drop").await;
     let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
     let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
@@ -492,6 +484,64 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
     let after = admin.admin_sku("acme", "drop").await;
     assert_eq!(before, after, "nothing moved");
     admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a sync is applied whole or not at all: returns beyond the lease,
+/// or under an id another transfer holds, are refused (400) with nothing
+/// moved; a good one moves its units once, and its replay moves nothing.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn a_sync_applies_whole_or_not_at_all(pool: PgPool) {
+    let (coord, admin) = Coord::with_drop(&pool).await;
+    let c = client();
+    let sync = async |seq: u64, acks: Value, returns: Value| {
+        let body = json!({"epoch": 1, "seq": seq, "rtt_ms": 0, "skus": [], "acks": acks, "returns": returns});
+        let r = c
+            .post(format!("{}/v1/regions/eu/sync", coord.url))
+            .bearer_auth(region_token("eu"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    let ret = |id: &Value, units: u64| json!([{"id": id, "tenant": "acme", "sku": "drop", "units": units}]);
+
+    let (status, first) = sync(1, json!([]), json!([])).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let grant = &first["grants"][0];
+    let units = grant["units"].as_u64().unwrap();
+    let acks = json!([grant["id"]]);
+    let before = admin.admin_sku("acme", "drop").await;
+    let (status, body) = sync(2, acks.clone(), ret(&json!("r-1"), units + 1)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = sync(3, acks.clone(), ret(&grant["id"], 1)).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a return may not reuse a grant's id: {body}"
+    );
+    assert_eq!(
+        admin.admin_sku("acme", "drop").await,
+        before,
+        "nothing moved"
+    );
+
+    let (status, applied) = sync(4, acks.clone(), ret(&json!("r-1"), 2)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied["confirmed"], acks);
+    assert_eq!(applied["applied_returns"], json!(["r-1"]));
+    let after = admin.admin_sku("acme", "drop").await;
+    assert_eq!(after["regions"]["eu"]["leased"], units - 2);
+    assert_eq!(after["ledger_drift"], 0);
+    let (status, again) = sync(4, acks, ret(&json!("r-1"), 2)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["applied_returns"], json!(["r-1"]));
+    assert_eq!(
+        admin.admin_sku("acme", "drop").await,
+        after,
+        "a replayed sync moves nothing"
+    );
     coord.stop().await;
 }
 

@@ -133,15 +133,7 @@ async fn coordinator_killed_between_debit_and_delivery(pool: PgPool) {
 /// after restart; the region's units reach the pool once and drift is 0.
 #[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
 async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
-    let admin = Api::new(&coord.url);
-    admin
-        .put_sku(
-            "acme",
-            "drop",
-            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
-        )
-        .await;
+    let (coord, admin) = Coord::with_drop(&pool).await;
     let eu_db = AgentDb::create(&pool, "eu").await;
     let port = free_port();
     let agent_url = format!("http://127.0.0.1:{port}");

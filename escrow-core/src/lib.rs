@@ -16,27 +16,31 @@
 //! - [`book`]: a complete in-memory SKU book combining the above; the model
 //!   the property tests and the simulator drive.
 //! - [`policy`]: how the coordinator splits and moves quota between regions.
-//! - [`pool`]: the coordinator's ledger: pool, in transit, leases.
+//! - [`allocation`]: the coordinator's rules for one SKU: syncs, takes and
+//!   admin changes over the pool, grants in transit and leases.
 //! - [`protocol`]: the messages between region agents and the coordinator.
 //! - [`rate`]: a region's recent sale rate, for the policy.
 
 pub mod admission;
+pub mod allocation;
 pub mod batch;
 pub mod book;
 pub mod ids;
 pub mod ledger;
 pub mod owner;
 pub mod policy;
-pub mod pool;
 pub mod protocol;
 pub mod rate;
 pub mod reservation;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
+pub use allocation::{
+    AgentSession, Allocation, AllocationError, Moves, RegionAllocation, Report, Synced,
+    TakeHistory, Taken,
+};
 pub use book::{Book, ReserveOutcome};
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
-pub use pool::{PoolLedger, RegionQuota};
 pub use rate::RateMeter;
 pub use reservation::{Refusal, Reservation, Status, Transition};

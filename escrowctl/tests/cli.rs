@@ -6,7 +6,7 @@
 use std::process::Output;
 
 use coordinator::auth::Auth;
-use coordinator::store::Ledger;
+use coordinator::store::Store;
 use escrow_core::RegionName;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -16,7 +16,7 @@ const ADMIN: &str = "admin-secret";
 
 async fn serve(pool: &PgPool) -> String {
     let state = coordinator::AppState::new(
-        Ledger::new(pool.clone()),
+        Store::new(pool.clone()),
         Auth::new(
             Some(ADMIN.to_owned()),
             vec![(RegionName::parse("eu").unwrap(), "t".to_owned())],

@@ -3,8 +3,8 @@
 //! The simulator drives escrow-core's decision code, the code the region
 //! agents and the coordinator run, under a simulated clock, network and
 //! crowd of buyers: [`agent`] wraps `Book`, `plan_reserves` and `RateMeter`
-//! in the agent's owner loop; [`coordinator`] wraps `PoolLedger`, the
-//! `Policy` trait and `decide_take`; they talk in escrow-core's protocol
+//! in the agent's owner loop; [`coordinator`] wraps the coordinator's
+//! rules (`escrow_core::allocation`) and the `Policy` trait; they talk in escrow-core's protocol
 //! messages over [`network`]. One seed reproduces a run bit for bit (see
 //! [`rng`]); every failure prints its seed.
 //!

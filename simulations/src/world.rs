@@ -172,7 +172,7 @@ impl World {
             },
         );
         let agents: Vec<Agent> = (0..s.regions.len())
-            .map(|i| Agent::new(i, "sim", "sku", settings, coordinator.mode, &s.agent))
+            .map(|i| Agent::new(i, "sim", "sku", settings, coordinator.mode(), &s.agent))
             .collect();
         let sale_start_us = s.run.warmup_ms * 1_000;
         let faults = s
@@ -290,11 +290,10 @@ impl World {
             && self.coordinator.drift() == 0
             && self.agents.iter().enumerate().all(|(r, a)| {
                 let l = a.book.ledger;
-                let v = &self.coordinator.views[r];
-                let q = self.coordinator.ledger.regions[r];
+                let q = &self.coordinator.allocation().regions[r];
+                let v = q.report;
                 a.up && a.transfers_settled()
-                    && self.coordinator.outbox[r].is_empty()
-                    && q.in_transit == 0
+                    && q.grants.is_empty()
                     && q.leased == l.quota()
                     && (v.available, v.held, v.sold) == (l.available, l.held, l.sold)
             })
@@ -527,7 +526,7 @@ impl World {
 
     /// Ground truth: units free anywhere right now.
     fn free_units(&self) -> u64 {
-        let mut free = self.coordinator.ledger.pool;
+        let mut free = self.coordinator.allocation().pool;
         for (r, a) in self.agents.iter().enumerate() {
             free += a.book.ledger.available
                 + self.grants_in_flight(r)
@@ -538,7 +537,8 @@ impl World {
 
     fn grants_in_flight(&self, r: usize) -> u64 {
         let applied = &self.agents[r].applied_grants;
-        self.coordinator.outbox[r]
+        self.coordinator.allocation().regions[r]
+            .grants
             .iter()
             .filter(|(id, _)| !applied.contains(*id))
             .map(|(_, u)| *u)
@@ -799,7 +799,7 @@ impl World {
 
     fn compute_census(&self) -> Census {
         let mut c = Census {
-            pool: self.coordinator.ledger.pool,
+            pool: self.coordinator.allocation().pool,
             ..Census::default()
         };
         for (r, a) in self.agents.iter().enumerate() {
@@ -815,11 +815,11 @@ impl World {
 
     /// Checks every safety property; on failure names the seed.
     fn check(&mut self) -> Result<(), Violation> {
-        let total = self.coordinator.ledger.total;
-        if !self.coordinator.ledger.is_balanced() {
+        let total = self.coordinator.allocation().total;
+        if !self.coordinator.allocation().is_balanced() {
             return Err(self.violation(format!(
                 "pool ledger unbalanced: {:?}",
-                self.coordinator.ledger
+                self.coordinator.allocation()
             )));
         }
         for (r, a) in self.agents.iter().enumerate() {
@@ -829,13 +829,13 @@ impl World {
             }
             let grants = self.grants_in_flight(r);
             let returns = a.returns_in_flight(&self.coordinator.applied_returns[r]);
-            let q = self.coordinator.ledger.regions[r];
-            if q.leased + q.in_transit != l.quota() + grants + returns {
+            let q = &self.coordinator.allocation().regions[r];
+            if q.leased + q.in_transit() != l.quota() + grants + returns {
                 return Err(self.violation(format!(
                     "region {r}: coordinator has leased {} + in transit {}, agent has quota {} \
                      + grants in flight {grants} + returns in flight {returns}",
                     q.leased,
-                    q.in_transit,
+                    q.in_transit(),
                     l.quota()
                 )));
             }
@@ -921,7 +921,7 @@ impl World {
             scenario: self.scenario.name.clone(),
             policy: self.coordinator.policy_name().to_owned(),
             seed: self.seed,
-            total_units: self.coordinator.ledger.total,
+            total_units: self.coordinator.allocation().total,
             buyers: self.arrived,
             attempts,
             sold_units: sold,
@@ -936,7 +936,7 @@ impl World {
             turned_away_while_free: self.turned_away_while_free,
             order_inversions: self.order_inversions,
             units_turned_away: self.turned_away.1,
-            stranded_units: (self.coordinator.ledger.total - sold).min(self.turned_away.1),
+            stranded_units: (self.coordinator.allocation().total - sold).min(self.turned_away.1),
             sell_out_ms: to_ms(self.sell_out_us),
             last_hold_ms: to_ms(self.last_hold_us),
             central_at_ms: to_ms(self.coordinator.central_since_us),

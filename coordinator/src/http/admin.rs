@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ApiError;
-use crate::store::{parse_weights, SkuSpec, SkuView};
+use crate::store::{parse_weights, SkuSpec, SkuSummary};
 use crate::AppState;
 
 /// Largest total or stock addition accepted.
@@ -62,7 +62,7 @@ fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
 }
 
 /// The admin view of a SKU, with report ages.
-pub fn sku_json(state: &AppState, view: &SkuView) -> serde_json::Value {
+pub fn sku_json(state: &AppState, view: &SkuSummary) -> serde_json::Value {
     let now = chrono::Utc::now();
     let regions: serde_json::Map<String, serde_json::Value> = view
         .regions
@@ -80,7 +80,7 @@ pub fn sku_json(state: &AppState, view: &SkuView) -> serde_json::Value {
                     "available": r.available, "held": r.held, "sold": r.sold,
                     "sale_rate_per_s": r.sale_rate_per_s, "recall_pending": r.recall_pending,
                     "last_report_at": r.last_report_at, "report_age_ms": age, "stale": stale,
-                    "region_drift": r.available + r.held + r.sold - r.leased,
+                    "region_drift": r.drift,
                 }),
             )
         })
@@ -128,10 +128,10 @@ pub async fn put_sku(
         hold_ttl_ms: body.hold_ttl_ms,
     };
     let created = state
-        .ledger()
+        .store()
         .put_sku(&tenant, &sku, &spec, state.policy())
         .await?;
-    let view = state.ledger().sku(&tenant, &sku).await?;
+    let view = state.store().sku(&tenant, &sku).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -148,7 +148,7 @@ pub async fn get_sku(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
-    let view = state.ledger().sku(&tenant, &sku).await?;
+    let view = state.store().sku(&tenant, &sku).await?;
     Ok(Json(sku_json(&state, &view)).into_response())
 }
 
@@ -167,10 +167,10 @@ pub async fn add_stock(
         return Err(ApiError::BadRequest("qty must be at least 1".into()));
     }
     state
-        .ledger()
+        .store()
         .add_stock(&tenant, &sku, qty, state.policy())
         .await?;
-    let view = state.ledger().sku(&tenant, &sku).await?;
+    let view = state.store().sku(&tenant, &sku).await?;
     Ok(Json(sku_json(&state, &view)).into_response())
 }
 
@@ -183,8 +183,8 @@ async fn set_paused(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
-    state.ledger().set_paused(&tenant, &sku, paused).await?;
-    let view = state.ledger().sku(&tenant, &sku).await?;
+    state.store().set_paused(&tenant, &sku, paused).await?;
+    let view = state.store().sku(&tenant, &sku).await?;
     Ok(Json(sku_json(&state, &view)).into_response())
 }
 
@@ -212,7 +212,7 @@ pub async fn audit(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let views = state.ledger().audit().await?;
+    let views = state.store().audit().await?;
     let skus: Vec<serde_json::Value> = views.iter().map(|v| sku_json(&state, v)).collect();
     let drift_total: i64 = views
         .iter()
@@ -234,7 +234,7 @@ pub async fn regions(
     admin_only(&state, &headers)?;
     let now = chrono::Utc::now();
     let regions: Vec<serde_json::Value> = state
-        .ledger()
+        .store()
         .regions()
         .await?
         .into_iter()

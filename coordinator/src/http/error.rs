@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::store::LedgerError;
+use crate::store::StoreError;
 
 /// Everything a coordinator handler can answer besides success.
 #[derive(Debug, thiserror::Error)]
@@ -35,14 +35,15 @@ pub enum ApiError {
     Internal(String),
 }
 
-impl From<LedgerError> for ApiError {
-    fn from(error: LedgerError) -> Self {
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
         match error {
-            LedgerError::UnknownSku => ApiError::UnknownSku,
-            LedgerError::Conflict(why) => ApiError::Conflict(why),
-            LedgerError::StaleEpoch => ApiError::Fenced,
-            LedgerError::Invalid(why) => ApiError::BadRequest(why),
-            LedgerError::Database(e) => ApiError::Internal(e.to_string()),
+            StoreError::UnknownSku => ApiError::UnknownSku,
+            StoreError::Conflict(why) => ApiError::Conflict(why),
+            StoreError::StaleEpoch => ApiError::Fenced,
+            StoreError::Invalid(why) => ApiError::BadRequest(why),
+            StoreError::Corrupt(why) => ApiError::Internal(why),
+            StoreError::Database(e) => ApiError::Internal(e.to_string()),
         }
     }
 }

@@ -20,7 +20,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.ledger().ready().await {
+    match state.store().ready().await {
         Ok(()) => "ready".into_response(),
         Err(error) => {
             tracing::warn!(%error, "not ready");

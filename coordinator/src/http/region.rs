@@ -30,7 +30,7 @@ pub async fn sync(
     let region = authorise(&state, &headers, &region)?;
     let Json(req) = body?;
     Ok(Json(
-        state.ledger().sync(&region, &req, state.policy()).await?,
+        state.store().sync(&region, &req, state.policy()).await?,
     ))
 }
 
@@ -44,6 +44,6 @@ pub async fn take(
     let region = authorise(&state, &headers, &region)?;
     let Json(req) = body?;
     Ok(Json(
-        state.ledger().take(&region, &req, state.policy()).await?,
+        state.store().take(&region, &req, state.policy()).await?,
     ))
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
-use coordinator::store::{Ledger, MIGRATOR as COORD_MIGRATOR};
+use coordinator::store::{Store, MIGRATOR as COORD_MIGRATOR};
 use escrow_core::protocol::{
     SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
 };
@@ -194,7 +194,7 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
         .map(|r| (RegionName::parse(r).unwrap(), region_token(r)))
         .collect();
     coordinator::AppState::new(
-        Ledger::new(pool.clone()),
+        Store::new(pool.clone()),
         CoordAuth::new(Some(ADMIN.to_owned()), regions),
         coordinator::policy_named("tail-merge", SYNC_MS).unwrap(),
         10_000,
@@ -202,6 +202,21 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
 }
 
 impl Coord {
+    /// A coordinator with SKU `drop`: 100 units over eu and us, equal weights.
+    pub async fn with_drop(pool: &PgPool) -> (Self, Api) {
+        let coord = Self::start(pool, None).await;
+        let admin = Api::new(&coord.url);
+        let (status, body) = admin
+            .put_sku(
+                "acme",
+                "drop",
+                serde_json::json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (coord, admin)
+    }
+
     pub async fn start(pool: &PgPool, addr: Option<std::net::SocketAddr>) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(

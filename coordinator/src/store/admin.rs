@@ -1,0 +1,345 @@
+//! The admin API in SQL: create and change SKUs, add stock, pause and
+//! resume (each a transaction around `escrow_core::allocation`), and the
+//! read-only summaries: one SKU, the audit of all, the regions' agents.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use escrow_core::{Allocation, Mode, Moves, Policy, RegionName, Sku, SkuSettings, Tenant};
+use serde::Serialize;
+use sqlx::Row;
+
+use super::books::{load, load_to_change, save, stored, timestamp, Loaded, Lock};
+use super::{new_grant_id, observe, Store, StoreError};
+
+/// One region's part of a SKU, as the admin API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegionSummary {
+    /// The region.
+    pub region: String,
+    /// Its weight in the split.
+    pub weight: u32,
+    /// Units delivered minus units returned.
+    pub leased: u64,
+    /// Units granted and not acknowledged.
+    pub in_transit: u64,
+    /// Cumulative units it returned.
+    pub returned: u64,
+    /// Units asked back, not yet returned.
+    pub recall_pending: u64,
+    /// Last reported available.
+    pub available: u64,
+    /// Last reported held.
+    pub held: u64,
+    /// Last reported sold.
+    pub sold: u64,
+    /// Last reported sale rate.
+    pub sale_rate_per_s: f64,
+    /// When it last reported.
+    pub last_report_at: Option<DateTime<Utc>>,
+    /// Its last measured round trip, ms.
+    pub rtt_ms: u64,
+    /// `available + held + sold - leased`: how far its last report is from its lease.
+    pub drift: i64,
+}
+
+/// A SKU with all its regions, as the admin API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkuSummary {
+    /// Tenant.
+    pub tenant: String,
+    /// SKU.
+    pub sku: String,
+    /// Units in all.
+    pub total: u64,
+    /// Units not leased.
+    pub pool: u64,
+    /// Units granted and not acknowledged.
+    pub in_transit: u64,
+    /// ESCROW or CENTRAL.
+    pub mode: Mode,
+    /// Paused by an admin.
+    pub paused: bool,
+    /// Units per reservation at most.
+    pub max_per_user: u32,
+    /// Default hold duration.
+    pub hold_ttl_ms: u64,
+    /// `pool + in_transit + sum(reported available + held + sold) - total`.
+    pub drift: i64,
+    /// `pool + in_transit + sum(leased) - total`: the coordinator's own books.
+    pub ledger_drift: i64,
+    /// Per region.
+    pub regions: Vec<RegionSummary>,
+}
+
+/// A region agent's last sync.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegionSync {
+    /// The region.
+    pub region: String,
+    /// Its agent's epoch.
+    pub epoch: i64,
+    /// Its last report's sequence number.
+    pub seq: i64,
+    /// Its last measured round trip, ms.
+    pub rtt_ms: i64,
+    /// When it last synced.
+    pub last_sync_at: DateTime<Utc>,
+}
+
+fn signed(units: i128, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(units).map_err(|_| StoreError::Corrupt(format!("{what} {units} out of range")))
+}
+
+fn summary_of(loaded: &Loaded) -> Result<SkuSummary, StoreError> {
+    let a = &loaded.allocation;
+    let mut regions = Vec::with_capacity(a.regions.len());
+    for (name, r) in loaded.names.iter().zip(&a.regions) {
+        regions.push(RegionSummary {
+            region: name.as_str().to_owned(),
+            weight: r.weight,
+            leased: r.leased,
+            in_transit: r.in_transit(),
+            returned: r.returned,
+            recall_pending: r.recall_pending,
+            available: r.report.available,
+            held: r.report.held,
+            sold: r.report.sold,
+            sale_rate_per_s: r.report.sale_rate_per_s,
+            last_report_at: r.reported_at_ms.map(timestamp).transpose()?,
+            rtt_ms: r.rtt_ms,
+            drift: signed(
+                i128::from(r.report.on_hand()) - i128::from(r.leased),
+                "region drift",
+            )?,
+        });
+    }
+    Ok(SkuSummary {
+        tenant: a.tenant.as_str().to_owned(),
+        sku: a.sku.as_str().to_owned(),
+        total: a.total,
+        pool: a.pool,
+        in_transit: a.in_transit(),
+        mode: a.mode,
+        paused: a.paused,
+        max_per_user: a.settings.max_per_user,
+        hold_ttl_ms: a.settings.hold_ttl.get(),
+        drift: signed(a.drift(), "drift")?,
+        ledger_drift: signed(a.ledger_drift(), "ledger drift")?,
+        regions,
+    })
+}
+
+/// Weights for `loaded`'s regions from an admin's `weights`: a region left
+/// out gets 0 (retired), a region not yet in the SKU joins at the end.
+fn reweigh(loaded: &mut Loaded, weights: &[(RegionName, u32)]) -> Vec<u32> {
+    let mut out: Vec<u32> = loaded
+        .names
+        .iter()
+        .map(|n| weights.iter().find(|(r, _)| r == n).map_or(0, |(_, w)| *w))
+        .collect();
+    for (region, weight) in weights {
+        if !loaded.names.contains(region) {
+            loaded.names.push(region.clone());
+            out.push(*weight);
+        }
+    }
+    out
+}
+
+impl Store {
+    /// Creates a SKU (true) or changes it (false), then rebalances it.
+    pub async fn put_sku(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+        spec: &SkuSpec,
+        policy: &dyn Policy,
+    ) -> Result<bool, StoreError> {
+        let invalid = |e: escrow_core::IdError| StoreError::Invalid(e.to_string());
+        let mut tx = self.pool.begin().await?;
+        let existing =
+            load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
+        let created = existing.is_none();
+        let (before, mut loaded, split) = match existing {
+            None => {
+                let settings =
+                    SkuSettings::parse(spec.max_per_user, spec.hold_ttl_ms).map_err(invalid)?;
+                let regions = spec.regions.clone().unwrap_or_default();
+                let weights: Vec<u32> = regions.iter().map(|(_, w)| *w).collect();
+                let (allocation, split) = Allocation::create(
+                    tenant.clone(),
+                    sku.clone(),
+                    spec.total,
+                    settings,
+                    &weights,
+                    policy,
+                    &mut new_grant_id,
+                );
+                let names = regions.into_iter().map(|(r, _)| r).collect();
+                (None, Loaded { allocation, names }, split)
+            }
+            Some(mut loaded) => {
+                let before = loaded.allocation.clone();
+                let current = before.settings;
+                loaded.allocation.settings = SkuSettings::parse(
+                    Some(spec.max_per_user.unwrap_or(i64::from(current.max_per_user))),
+                    Some(spec.hold_ttl_ms.unwrap_or(stored(current.hold_ttl.get())?)),
+                )
+                .map_err(invalid)?;
+                loaded.allocation.set_total(spec.total)?;
+                if let Some(weights) = &spec.regions {
+                    let weights = reweigh(&mut loaded, weights);
+                    loaded.allocation.set_weights(&weights);
+                }
+                (Some(before), loaded, Default::default())
+            }
+        };
+        let moves = loaded.allocation.rebalance(policy, &mut new_grant_id);
+        save(&mut tx, before.as_ref(), &loaded.allocation, &loaded.names).await?;
+        tx.commit().await?;
+        observe(&loaded.allocation, &split);
+        observe(&loaded.allocation, &moves);
+        Ok(created)
+    }
+
+    /// Adds units to a SKU's pool (and total), then rebalances it.
+    pub async fn add_stock(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+        units: u64,
+        policy: &dyn Policy,
+    ) -> Result<(), StoreError> {
+        self.change(tenant, sku, |allocation| {
+            allocation.add_stock(units);
+            allocation.rebalance(policy, &mut new_grant_id)
+        })
+        .await
+    }
+
+    /// Pauses or resumes a SKU everywhere (agents learn it at their next sync).
+    pub async fn set_paused(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+        paused: bool,
+    ) -> Result<(), StoreError> {
+        self.change(tenant, sku, |allocation| {
+            allocation.paused = paused;
+            Moves::default()
+        })
+        .await
+    }
+
+    /// Locks and loads a SKU, applies `change` to it and writes the result,
+    /// in one transaction.
+    async fn change(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+        change: impl FnOnce(&mut Allocation) -> Moves,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
+            .await?
+            .ok_or(StoreError::UnknownSku)?;
+        let before = loaded.allocation.clone();
+        let moves = change(&mut loaded.allocation);
+        save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
+        tx.commit().await?;
+        observe(&loaded.allocation, &moves);
+        Ok(())
+    }
+
+    /// One SKU with its regions.
+    pub async fn sku(&self, tenant: &Tenant, sku: &Sku) -> Result<SkuSummary, StoreError> {
+        self.summaries(Some((tenant, sku)))
+            .await?
+            .pop()
+            .ok_or(StoreError::UnknownSku)
+    }
+
+    /// Every SKU with its regions, from one consistent snapshot.
+    pub async fn audit(&self) -> Result<Vec<SkuSummary>, StoreError> {
+        self.summaries(None).await
+    }
+
+    /// SKU summaries (all, or one) read in one `REPEATABLE READ` snapshot,
+    /// so pool, transfers and reports add up as they were at one instant.
+    async fn summaries(
+        &self,
+        only: Option<(&Tenant, &Sku)>,
+    ) -> Result<Vec<SkuSummary>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let keys: Vec<(String, String)> = sqlx::query_as(
+            "SELECT tenant, sku FROM skus
+             WHERE $1::text IS NULL OR (tenant = $1 AND sku = $2)
+             ORDER BY tenant, sku",
+        )
+        .bind(only.map(|(t, _)| t.as_str()))
+        .bind(only.map(|(_, s)| s.as_str()))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (tenant, sku) in &keys {
+            let loaded = load(&mut tx, tenant, sku, Lock::None)
+                .await?
+                .ok_or(StoreError::UnknownSku)?;
+            out.push(summary_of(&loaded)?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Every region that ever synced.
+    pub async fn regions(&self) -> Result<Vec<RegionSync>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT region, epoch, seq, rtt_ms, last_sync_at FROM regions ORDER BY region",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RegionSync {
+                    region: r.try_get("region")?,
+                    epoch: r.try_get("epoch")?,
+                    seq: r.try_get("seq")?,
+                    rtt_ms: r.try_get("rtt_ms")?,
+                    last_sync_at: r.try_get("last_sync_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Requested settings of a SKU.
+#[derive(Debug, Clone)]
+pub struct SkuSpec {
+    /// Units in all.
+    pub total: u64,
+    /// Region weights; `None` keeps the current ones.
+    pub regions: Option<Vec<(RegionName, u32)>>,
+    /// Per-user limit and hold duration; `None` keeps the current ones (or defaults).
+    pub max_per_user: Option<i64>,
+    /// Default hold duration in ms.
+    pub hold_ttl_ms: Option<i64>,
+}
+
+/// Region weights parsed from the admin API's `{"eu": 2, ...}`.
+pub fn parse_weights(raw: &HashMap<String, i64>) -> Result<Vec<(RegionName, u32)>, String> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (name, weight) in raw {
+        let region = RegionName::parse(name).map_err(|e| e.to_string())?;
+        let weight = u32::try_from(*weight)
+            .ok()
+            .filter(|w| *w <= 1_000_000)
+            .ok_or_else(|| format!("weight of {name} must be an integer in 0..=1000000"))?;
+        out.push((region, weight));
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,387 @@
+//! One SKU's rows as an escrow-core [`Allocation`], and back.
+//!
+//! `skus` holds the total, pool, mode and settings; `sku_regions` one row
+//! per region (lease, cumulative returns, pending recall, last report);
+//! `transfers` the grants still `PENDING` (in transit); `regions` each
+//! agent's round trip. [`load`] reads them into an [`Allocation`] with the
+//! region names beside it; [`save`] writes what a rules call changed, each
+//! statement conditional on the values [`load`] read, so a lost update or a
+//! reused transfer id fails the transaction instead of passing unseen.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use escrow_core::allocation::{RegionAllocation, Report};
+use escrow_core::{Allocation, Mode, RegionName, Sku, SkuSettings, Tenant};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+
+use super::StoreError;
+
+/// One SKU as loaded: its state and, by the same index, its regions' names.
+#[derive(Debug, Clone)]
+pub(super) struct Loaded {
+    /// The SKU's state.
+    pub allocation: Allocation,
+    /// `names[i]` is the region of `allocation.regions[i]`.
+    pub names: Vec<RegionName>,
+}
+
+impl Loaded {
+    /// The index of `region` in this SKU, if it takes part.
+    pub fn index_of(&self, region: &RegionName) -> Option<usize> {
+        self.names.iter().position(|n| n == region)
+    }
+}
+
+/// Whether [`load`] locks the SKU's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lock {
+    /// `FOR UPDATE`: the caller will change the SKU.
+    ForUpdate,
+    /// A plain read (in a snapshot, or of a row already locked).
+    None,
+}
+
+/// A counter stored as `bigint`; the schema's CHECK keeps it >= 0.
+pub(super) fn count(raw: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(raw).map_err(|_| StoreError::Corrupt(format!("{what} is negative: {raw}")))
+}
+
+/// A count as stored in a `bigint` column.
+pub(super) fn stored(units: u64) -> Result<i64, StoreError> {
+    i64::try_from(units)
+        .map_err(|_| StoreError::Invalid(format!("{units} is more than a count can hold")))
+}
+
+fn corrupt<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> StoreError {
+    move |e| StoreError::Corrupt(format!("stored {what}: {e}"))
+}
+
+fn millis(at: DateTime<Utc>) -> Result<u64, StoreError> {
+    count(at.timestamp_millis(), "report time")
+}
+
+pub(super) fn timestamp(ms: u64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(stored(ms)?)
+        .ok_or_else(|| StoreError::Corrupt(format!("report time {ms} ms out of range")))
+}
+
+/// Loads one SKU to change it: as [`load`], but a SKU whose stored books
+/// do not balance is refused (the rules assert the balance at every move,
+/// and a corrupt SKU must stop selling rather than sell on; the audit shows it).
+pub(super) async fn load_to_change(
+    conn: &mut PgConnection,
+    tenant: &str,
+    sku: &str,
+    lock: Lock,
+) -> Result<Option<Loaded>, StoreError> {
+    let Some(loaded) = load(conn, tenant, sku, lock).await? else {
+        return Ok(None);
+    };
+    if !loaded.allocation.is_balanced() {
+        return Err(StoreError::Corrupt(format!(
+            "books of {tenant}/{sku} do not balance: ledger drift {}",
+            loaded.allocation.ledger_drift()
+        )));
+    }
+    Ok(Some(loaded))
+}
+
+/// Loads one SKU with its regions and pending grants.
+pub(super) async fn load(
+    conn: &mut PgConnection,
+    tenant: &str,
+    sku: &str,
+    lock: Lock,
+) -> Result<Option<Loaded>, StoreError> {
+    let lock = match lock {
+        Lock::ForUpdate => "FOR UPDATE",
+        Lock::None => "",
+    };
+    let row = sqlx::query(&format!(
+        "SELECT tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms
+         FROM skus WHERE tenant = $1 AND sku = $2 {lock}"
+    ))
+    .bind(tenant)
+    .bind(sku)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let mode: String = row.try_get("mode")?;
+    let max_per_user: i32 = row.try_get("max_per_user")?;
+    let mut allocation = Allocation {
+        tenant: Tenant::parse(row.try_get("tenant")?).map_err(corrupt("tenant"))?,
+        sku: Sku::parse(row.try_get("sku")?).map_err(corrupt("sku"))?,
+        total: count(row.try_get("total")?, "total")?,
+        pool: count(row.try_get("pool")?, "pool")?,
+        mode: Mode::parse(&mode)
+            .ok_or_else(|| StoreError::Corrupt(format!("stored mode {mode}")))?,
+        paused: row.try_get("paused")?,
+        settings: SkuSettings::parse(
+            Some(i64::from(max_per_user)),
+            Some(row.try_get("hold_ttl_ms")?),
+        )
+        .map_err(corrupt("settings"))?,
+        regions: Vec::new(),
+    };
+    let rows = sqlx::query(
+        "SELECT r.region, r.weight, r.leased, r.returned, r.recall_pending,
+                r.reported_available, r.reported_held, r.reported_sold, r.sale_rate_per_s,
+                r.reported_at, COALESCE(g.rtt_ms, 0) AS rtt_ms
+         FROM sku_regions r LEFT JOIN regions g ON g.region = r.region
+         WHERE r.tenant = $1 AND r.sku = $2
+         ORDER BY r.region",
+    )
+    .bind(tenant)
+    .bind(sku)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut names = Vec::with_capacity(rows.len());
+    for row in &rows {
+        names.push(RegionName::parse(row.try_get("region")?).map_err(corrupt("region"))?);
+        allocation.regions.push(region_of(row)?);
+    }
+    let grants = sqlx::query(
+        "SELECT id, region, units FROM transfers
+         WHERE tenant = $1 AND sku = $2 AND kind = 'GRANT' AND state = 'PENDING'",
+    )
+    .bind(tenant)
+    .bind(sku)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &grants {
+        let region: String = row.try_get("region")?;
+        let index = names
+            .iter()
+            .position(|n| n.as_str() == region)
+            .ok_or_else(|| StoreError::Corrupt(format!("grant to unknown region {region}")))?;
+        allocation.regions[index]
+            .grants
+            .insert(row.try_get("id")?, count(row.try_get("units")?, "grant")?);
+    }
+    Ok(Some(Loaded { allocation, names }))
+}
+
+fn region_of(row: &PgRow) -> Result<RegionAllocation, StoreError> {
+    let weight: i32 = row.try_get("weight")?;
+    let reported_at: Option<DateTime<Utc>> = row.try_get("reported_at")?;
+    Ok(RegionAllocation {
+        weight: u32::try_from(weight)
+            .map_err(|_| StoreError::Corrupt(format!("weight is negative: {weight}")))?,
+        leased: count(row.try_get("leased")?, "leased")?,
+        grants: BTreeMap::new(),
+        returned: count(row.try_get("returned")?, "returned")?,
+        recall_pending: count(row.try_get("recall_pending")?, "recall_pending")?,
+        report: Report {
+            available: count(row.try_get("reported_available")?, "reported_available")?,
+            held: count(row.try_get("reported_held")?, "reported_held")?,
+            sold: count(row.try_get("reported_sold")?, "reported_sold")?,
+            sale_rate_per_s: row.try_get("sale_rate_per_s")?,
+        },
+        reported_at_ms: reported_at.map(millis).transpose()?,
+        rtt_ms: count(row.try_get("rtt_ms")?, "rtt_ms")?,
+    })
+}
+
+fn max_per_user(sku: &Allocation) -> Result<i32, StoreError> {
+    let max = sku.settings.max_per_user;
+    i32::try_from(max).map_err(|_| StoreError::Invalid(format!("max_per_user {max} is too large")))
+}
+
+/// Fails unless a statement changed exactly one row.
+fn one_row(changed: u64, what: &str) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "{what}: {changed} rows changed"
+        )))
+    }
+}
+
+/// Writes what changed from `before` (`None`: a new SKU) to `after`;
+/// `names` names `after`'s regions by index.
+pub(super) async fn save(
+    conn: &mut PgConnection,
+    before: Option<&Allocation>,
+    after: &Allocation,
+    names: &[RegionName],
+) -> Result<(), StoreError> {
+    assert_eq!(names.len(), after.regions.len(), "one name per region");
+    assert!(after.is_balanced(), "the rules keep the books balanced");
+    save_sku(conn, before, after).await?;
+    let none = RegionAllocation::default();
+    for (i, (name, region)) in names.iter().zip(&after.regions).enumerate() {
+        let old = before.and_then(|b| b.regions.get(i));
+        save_region(conn, after, name, old, region).await?;
+        let old_grants = &old.unwrap_or(&none).grants;
+        for id in old_grants
+            .keys()
+            .filter(|id| !region.grants.contains_key(*id))
+        {
+            let changed = sqlx::query(
+                "UPDATE transfers SET state = 'DELIVERED', delivered_at = now()
+                 WHERE id = $1 AND region = $2 AND kind = 'GRANT' AND state = 'PENDING'",
+            )
+            .bind(id)
+            .bind(name.as_str())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            one_row(changed, "grant delivery")?;
+        }
+        for (id, units) in region
+            .grants
+            .iter()
+            .filter(|(id, _)| !old_grants.contains_key(*id))
+        {
+            let changed = sqlx::query(
+                "INSERT INTO transfers (id, tenant, sku, region, kind, units, state)
+                 VALUES ($1, $2, $3, $4, 'GRANT', $5, 'PENDING') ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(id)
+            .bind(after.tenant.as_str())
+            .bind(after.sku.as_str())
+            .bind(name.as_str())
+            .bind(stored(*units)?)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if changed != 1 {
+                return Err(StoreError::Invalid(
+                    "transfer id already used for something else".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn save_sku(
+    conn: &mut PgConnection,
+    before: Option<&Allocation>,
+    after: &Allocation,
+) -> Result<(), StoreError> {
+    let sql = match before {
+        None => {
+            "INSERT INTO skus (tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
+        }
+        Some(before)
+            if (
+                before.total,
+                before.pool,
+                before.mode,
+                before.paused,
+                before.settings,
+            ) == (
+                after.total,
+                after.pool,
+                after.mode,
+                after.paused,
+                after.settings,
+            ) =>
+        {
+            return Ok(());
+        }
+        Some(_) => {
+            "UPDATE skus SET total = $3, pool = $4, mode = $5, paused = $6, max_per_user = $7,
+                    hold_ttl_ms = $8, updated_at = now()
+             WHERE tenant = $1 AND sku = $2
+               AND total = $9 AND pool = $10 AND mode = $11 AND paused = $12"
+        }
+    };
+    let mut query = sqlx::query(sql)
+        .bind(after.tenant.as_str())
+        .bind(after.sku.as_str())
+        .bind(stored(after.total)?)
+        .bind(stored(after.pool)?)
+        .bind(after.mode.as_str())
+        .bind(after.paused)
+        .bind(max_per_user(after)?)
+        .bind(stored(after.settings.hold_ttl.get())?);
+    if let Some(before) = before {
+        query = query
+            .bind(stored(before.total)?)
+            .bind(stored(before.pool)?)
+            .bind(before.mode.as_str())
+            .bind(before.paused);
+    }
+    let changed = query.execute(&mut *conn).await?.rows_affected();
+    if before.is_none() && changed != 1 {
+        return Err(StoreError::Conflict(
+            "the SKU was created by a concurrent request".into(),
+        ));
+    }
+    one_row(changed, "sku row")
+}
+
+async fn save_region(
+    conn: &mut PgConnection,
+    sku: &Allocation,
+    name: &RegionName,
+    before: Option<&RegionAllocation>,
+    after: &RegionAllocation,
+) -> Result<(), StoreError> {
+    let sql = match before {
+        None => {
+            "INSERT INTO sku_regions (tenant, sku, region, weight, leased, returned, recall_pending,
+                    reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING"
+        }
+        Some(before) if unchanged(before, after) => return Ok(()),
+        Some(_) => {
+            "UPDATE sku_regions SET weight = $4, leased = $5, returned = $6, recall_pending = $7,
+                    reported_available = $8, reported_held = $9, reported_sold = $10,
+                    sale_rate_per_s = $11, reported_at = $12
+             WHERE tenant = $1 AND sku = $2 AND region = $3
+               AND leased = $13 AND returned = $14 AND recall_pending = $15"
+        }
+    };
+    let weight = i32::try_from(after.weight)
+        .map_err(|_| StoreError::Invalid(format!("weight {} is too large", after.weight)))?;
+    let mut query = sqlx::query(sql)
+        .bind(sku.tenant.as_str())
+        .bind(sku.sku.as_str())
+        .bind(name.as_str())
+        .bind(weight)
+        .bind(stored(after.leased)?)
+        .bind(stored(after.returned)?)
+        .bind(stored(after.recall_pending)?)
+        .bind(stored(after.report.available)?)
+        .bind(stored(after.report.held)?)
+        .bind(stored(after.report.sold)?)
+        .bind(after.report.sale_rate_per_s)
+        .bind(after.reported_at_ms.map(timestamp).transpose()?);
+    if let Some(before) = before {
+        query = query
+            .bind(stored(before.leased)?)
+            .bind(stored(before.returned)?)
+            .bind(stored(before.recall_pending)?);
+    }
+    let changed = query.execute(&mut *conn).await?.rows_affected();
+    one_row(changed, "region row")
+}
+
+/// Whether a region's row needs no write (grants live in `transfers`, the
+/// round trip in `regions`).
+fn unchanged(before: &RegionAllocation, after: &RegionAllocation) -> bool {
+    (
+        before.weight,
+        before.leased,
+        before.returned,
+        before.recall_pending,
+        before.report,
+        before.reported_at_ms,
+    ) == (
+        after.weight,
+        after.leased,
+        after.returned,
+        after.recall_pending,
+        after.report,
+        after.reported_at_ms,
+    )
+}

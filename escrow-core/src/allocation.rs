@@ -1,0 +1,995 @@
+//! The coordinator's rules for one SKU: what a sync, a take or an admin
+//! change does to the pool, the grants in transit and each region's lease,
+//! and what goes back to the agents.
+//!
+//! [`Allocation`] is everything the coordinator decides with for one SKU.
+//! The coordinator loads it from PostgreSQL under the SKU's row lock, calls
+//! one method and writes the difference back in the same transaction; the
+//! simulator keeps it in memory. Neither driver decides anything itself, so
+//! the simulator measures the rules the service runs.
+//!
+//! `pool + in_transit + sum(leased) = total` holds before and after every
+//! move, and each move asserts it at both ends. A grant moves units pool ->
+//! in transit; the region's ack moves them in transit -> leased; a return
+//! moves them leased -> pool. A refused input (an error) changes nothing:
+//! every check runs before the first move.
+//!
+//! The rules keep no history. Which return ids were already applied, and
+//! what a take's id was used for, live in the driver's store (the
+//! `transfers` table, or the simulator's sets); the driver looks up the ids
+//! a request names and passes what it found, and records what the rules
+//! say was applied.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+
+use crate::ids::{Sku, SkuSettings, Tenant, ID_LEN_MAX};
+use crate::policy::{decide_take, retired_recalls, Mode, Policy, RegionState, SkuState};
+use crate::protocol::{
+    SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+};
+
+/// Longest round trip an agent may report, ms; a larger one counts as this.
+pub const RTT_MS_MAX: u64 = 60_000;
+
+/// Why an input was refused. A refused input changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationError {
+    /// A request from an agent process older than one already seen.
+    #[error("stale agent epoch")]
+    StaleEpoch,
+    /// Lowering the total would need units that are leased, held or sold.
+    #[error(
+        "total may only be lowered by what is in the pool ({pool} units); the rest is leased, held or sold"
+    )]
+    TotalBelowPool {
+        /// Units in the pool.
+        pool: u64,
+    },
+    /// A message that cannot be right (no units, a bad id, a return beyond the lease).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A region's last report of one SKU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Units it could hold.
+    pub available: u64,
+    /// Units held.
+    pub held: u64,
+    /// Units sold.
+    pub sold: u64,
+    /// Units per second it recently held; finite and not negative.
+    pub sale_rate_per_s: f64,
+}
+
+impl Report {
+    /// Everything the region has of the SKU: available, held and sold.
+    pub fn on_hand(&self) -> u64 {
+        self.available + self.held + self.sold
+    }
+}
+
+/// One region's share of one SKU at the coordinator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RegionAllocation {
+    /// Relative share of the total; 0 once removed from the SKU.
+    pub weight: u32,
+    /// Units delivered to the region minus units it returned.
+    pub leased: u64,
+    /// Grants to the region not yet acknowledged, units by id.
+    pub grants: BTreeMap<String, u64>,
+    /// Units the region returned, cumulative.
+    pub returned: u64,
+    /// Units asked back and not yet returned.
+    pub recall_pending: u64,
+    /// Its last report.
+    pub report: Report,
+    /// When its last report was applied, ms since the epoch; `None` before the first.
+    pub reported_at_ms: Option<u64>,
+    /// Its agent's last measured round trip, ms.
+    pub rtt_ms: u64,
+}
+
+impl RegionAllocation {
+    /// Units granted to the region and not yet acknowledged.
+    pub fn in_transit(&self) -> u64 {
+        self.grants.values().sum()
+    }
+}
+
+/// The coordinator's state of one SKU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Allocation {
+    /// The SKU's tenant.
+    pub tenant: Tenant,
+    /// The SKU.
+    pub sku: Sku,
+    /// Units the SKU has in all.
+    pub total: u64,
+    /// Units not leased to any region nor in transit.
+    pub pool: u64,
+    /// Escrow or central.
+    pub mode: Mode,
+    /// Paused by an admin: no grants, and agents stop selling.
+    pub paused: bool,
+    /// Per-user limit and default hold.
+    pub settings: SkuSettings,
+    /// One entry per region taking part, by index.
+    pub regions: Vec<RegionAllocation>,
+}
+
+/// What a move did besides the state change: the grants created, the
+/// recalls asked, and whether the tail merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moves {
+    /// Grants created: region index, grant id, units.
+    pub grants: Vec<(usize, String, u64)>,
+    /// Units asked back, by region index.
+    pub recalls: Vec<(usize, u64)>,
+    /// The SKU switched to central mode.
+    pub merged: bool,
+}
+
+impl Moves {
+    /// Units granted in all.
+    pub fn granted_units(&self) -> u64 {
+        self.grants.iter().map(|g| g.2).sum()
+    }
+}
+
+/// A region agent's standing: its process's fencing epoch, the sequence
+/// number of its last applied report, and its round trip then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentSession {
+    /// The agent's fencing epoch.
+    pub epoch: i64,
+    /// Sequence number of the last report applied.
+    pub seq: u64,
+    /// Round trip the agent measured, ms, at most [`RTT_MS_MAX`].
+    pub rtt_ms: u64,
+}
+
+/// The result of a region's sync over all SKUs it takes part in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synced {
+    /// The region's new standing, when the request was newer than the last
+    /// one applied (its report counted); `None` leaves the standing as it was.
+    pub session: Option<AgentSession>,
+    /// The answer to the agent.
+    pub response: SyncResponse,
+    /// Returns applied now; the driver records their ids so a repeat is
+    /// recognised.
+    pub applied: Vec<TransferMsg>,
+    /// What each SKU's rebalance did, in the order the SKUs were given.
+    pub moves: Vec<Moves>,
+}
+
+/// What the driver's store holds under a take's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeHistory {
+    /// Nothing: a new take.
+    Unused,
+    /// A grant of this SKU to this region, of these units: the take is repeated.
+    GrantedHere(u64),
+    /// Some other transfer.
+    UsedElsewhere,
+}
+
+/// The result of a take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The answer to the agent.
+    pub response: TakeResponse,
+    /// Units newly granted by this take (0 for a repeat).
+    pub granted: u64,
+    /// What the rebalance after a short take did.
+    pub moves: Moves,
+}
+
+fn check_transfer(kind: &str, id: &str, units: u64) -> Result<(), AllocationError> {
+    if units == 0 || id.is_empty() || id.len() > ID_LEN_MAX {
+        return Err(AllocationError::Invalid(format!(
+            "{kind} needs units >= 1 and an id of 1..={ID_LEN_MAX} characters"
+        )));
+    }
+    Ok(())
+}
+
+impl Allocation {
+    /// A new SKU: `total` units in the pool, then the policy's initial split
+    /// granted to regions of `weights`. Grant ids come from `new_id`.
+    pub fn create(
+        tenant: Tenant,
+        sku: Sku,
+        total: u64,
+        settings: SkuSettings,
+        weights: &[u32],
+        policy: &dyn Policy,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> (Self, Moves) {
+        let mut allocation = Self {
+            tenant,
+            sku,
+            total,
+            pool: total,
+            mode: if policy.starts_central() {
+                Mode::Central
+            } else {
+                Mode::Escrow
+            },
+            paused: false,
+            settings,
+            regions: weights
+                .iter()
+                .map(|&weight| RegionAllocation {
+                    weight,
+                    ..RegionAllocation::default()
+                })
+                .collect(),
+        };
+        let split = policy.initial_split(total, weights);
+        assert_eq!(split.len(), weights.len(), "one share per region");
+        assert!(
+            split.iter().sum::<u64>() <= total,
+            "initial split exceeds total"
+        );
+        let mut moves = Moves::default();
+        for (region, units) in split.into_iter().enumerate() {
+            if units > 0 {
+                moves.grants.push(allocation.grant(region, new_id(), units));
+            }
+        }
+        (allocation, moves)
+    }
+
+    /// Units in transit to all regions.
+    pub fn in_transit(&self) -> u64 {
+        self.regions.iter().map(RegionAllocation::in_transit).sum()
+    }
+
+    /// Units leased to all regions.
+    pub fn leased(&self) -> u64 {
+        self.regions.iter().map(|r| r.leased).sum()
+    }
+
+    /// `pool + in_transit + leased - total`: the coordinator's own books; 0
+    /// unless the stored state is corrupt.
+    pub fn ledger_drift(&self) -> i128 {
+        i128::from(self.pool) + i128::from(self.in_transit()) + i128::from(self.leased())
+            - i128::from(self.total)
+    }
+
+    /// The contract's audit over the latest reports:
+    /// `pool + in_transit + sum(available + held + sold) - total`.
+    pub fn drift(&self) -> i128 {
+        let reported: u64 = self.regions.iter().map(|r| r.report.on_hand()).sum();
+        i128::from(self.pool) + i128::from(self.in_transit()) + i128::from(reported)
+            - i128::from(self.total)
+    }
+
+    /// Whether `pool + in_transit + leased = total` and no grant is empty.
+    pub fn is_balanced(&self) -> bool {
+        self.ledger_drift() == 0
+            && self
+                .regions
+                .iter()
+                .all(|r| r.grants.values().all(|&u| u > 0))
+    }
+
+    fn assert_balanced(&self) {
+        assert!(self.is_balanced(), "allocation invariant broken: {self:?}");
+    }
+
+    /// The SKU as the policy sees it.
+    pub fn policy_view(&self) -> SkuState {
+        SkuState {
+            total: self.total,
+            pool: self.pool,
+            mode: self.mode,
+            regions: self
+                .regions
+                .iter()
+                .map(|r| RegionState {
+                    weight: r.weight,
+                    leased: r.leased,
+                    in_transit: r.in_transit(),
+                    available: r.report.available,
+                    sale_rate_per_s: r.report.sale_rate_per_s,
+                    rtt_ms: r.rtt_ms,
+                    recall_pending: r.recall_pending,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether nothing is free anywhere: not in the pool, in transit, or
+    /// available in a region's last report.
+    pub fn is_exhausted(&self) -> bool {
+        self.policy_view().remainder() == 0
+    }
+
+    /// The directive for `region`: mode, pause, settings, how far to give
+    /// back, and whether the SKU is sold out.
+    pub fn directive(&self, region: usize) -> SkuDirective {
+        let r = &self.regions[region];
+        SkuDirective {
+            tenant: self.tenant.as_str().to_owned(),
+            sku: self.sku.as_str().to_owned(),
+            mode: self.mode,
+            paused: self.paused,
+            max_per_user: self.settings.max_per_user,
+            hold_ttl_ms: self.settings.hold_ttl.get(),
+            return_until: r.returned + r.recall_pending,
+            sold_out: self.is_exhausted(),
+        }
+    }
+
+    fn transfer(&self, id: &str, units: u64) -> TransferMsg {
+        TransferMsg {
+            id: id.to_owned(),
+            tenant: self.tenant.as_str().to_owned(),
+            sku: self.sku.as_str().to_owned(),
+            units,
+        }
+    }
+
+    /// Every grant to `region` not yet acknowledged, as sent to it.
+    pub fn pending_grants(&self, region: usize) -> Vec<TransferMsg> {
+        self.regions[region]
+            .grants
+            .iter()
+            .map(|(id, &units)| self.transfer(id, units))
+            .collect()
+    }
+
+    fn is_for(&self, tenant: &str, sku: &str) -> bool {
+        self.tenant.as_str() == tenant && self.sku.as_str() == sku
+    }
+
+    /// Debits the pool for a grant of `units` to `region` under `id`.
+    fn grant(&mut self, region: usize, id: String, units: u64) -> (usize, String, u64) {
+        self.assert_balanced();
+        assert!(units > 0, "a grant moves at least one unit");
+        assert!(
+            units <= self.pool,
+            "grant of {units} exceeds the pool of {}",
+            self.pool
+        );
+        self.pool -= units;
+        let previous = self.regions[region].grants.insert(id.clone(), units);
+        assert!(previous.is_none(), "grant id {id} reused");
+        self.assert_balanced();
+        (region, id, units)
+    }
+
+    /// Moves the grant `id` of `region` from in transit to leased, if it is
+    /// pending; a repeated ack changes nothing.
+    fn deliver(&mut self, region: usize, id: &str) {
+        self.assert_balanced();
+        let r = &mut self.regions[region];
+        if let Some(units) = r.grants.remove(id) {
+            r.leased += units;
+        }
+        self.assert_balanced();
+    }
+
+    /// Credits the pool with a return of `units` from `region`'s lease; the
+    /// return settles up to as many units of a pending recall.
+    fn take_back(&mut self, region: usize, units: u64) {
+        self.assert_balanced();
+        let r = &mut self.regions[region];
+        assert!(
+            units <= r.leased,
+            "return of {units} exceeds the lease of {}",
+            r.leased
+        );
+        r.leased -= units;
+        r.returned += units;
+        r.recall_pending = r.recall_pending.saturating_sub(units);
+        self.pool += units;
+        self.assert_balanced();
+    }
+
+    /// Replaces `region`'s report; a recall never asks for more than it has
+    /// available.
+    fn apply_report(&mut self, region: usize, report: &SkuReport, now_ms: u64) {
+        let rate = report.sale_rate_per_s;
+        let r = &mut self.regions[region];
+        r.report = Report {
+            available: report.available,
+            held: report.held,
+            sold: report.sold,
+            sale_rate_per_s: if rate.is_finite() { rate.max(0.0) } else { 0.0 },
+        };
+        r.recall_pending = r.recall_pending.min(report.available);
+        r.reported_at_ms = Some(now_ms);
+    }
+
+    /// Runs the policy (none while paused) plus the recalls of retired
+    /// regions, and carries out the plan.
+    pub fn rebalance(&mut self, policy: &dyn Policy, new_id: &mut dyn FnMut() -> String) -> Moves {
+        self.assert_balanced();
+        let state = self.policy_view();
+        let mut plan = if self.paused {
+            Default::default()
+        } else {
+            policy.plan(&state)
+        };
+        plan.recalls.extend(retired_recalls(&state));
+        let mut moves = Moves::default();
+        for (region, units) in plan.grants {
+            if units > 0 {
+                moves.grants.push(self.grant(region, new_id(), units));
+            }
+        }
+        for &(region, units) in &plan.recalls {
+            self.regions[region].recall_pending += units;
+        }
+        moves.recalls = plan.recalls;
+        if plan.central && self.mode != Mode::Central {
+            self.mode = Mode::Central;
+            moves.merged = true;
+        }
+        self.assert_balanced();
+        moves
+    }
+
+    /// Adds `units` of new stock to the pool and the total.
+    pub fn add_stock(&mut self, units: u64) {
+        self.assert_balanced();
+        self.total += units;
+        self.pool += units;
+        self.assert_balanced();
+    }
+
+    /// Sets the total; lowering it takes units out of the pool only.
+    pub fn set_total(&mut self, total: u64) -> Result<(), AllocationError> {
+        self.assert_balanced();
+        if total >= self.total {
+            self.add_stock(total - self.total);
+            return Ok(());
+        }
+        let cut = self.total - total;
+        if cut > self.pool {
+            return Err(AllocationError::TotalBelowPool { pool: self.pool });
+        }
+        self.total = total;
+        self.pool -= cut;
+        self.assert_balanced();
+        Ok(())
+    }
+
+    /// Sets every region's weight: `weights` has one per region known so
+    /// far (0 retires it) and one per region joining, which starts empty.
+    pub fn set_weights(&mut self, weights: &[u32]) {
+        assert!(
+            weights.len() >= self.regions.len(),
+            "a region is never dropped, only given weight 0"
+        );
+        for (i, &weight) in weights.iter().enumerate() {
+            match self.regions.get_mut(i) {
+                Some(r) => r.weight = weight,
+                None => self.regions.push(RegionAllocation {
+                    weight,
+                    ..RegionAllocation::default()
+                }),
+            }
+        }
+    }
+
+    /// A take of units for `region`, asked synchronously by its agent.
+    /// A repeated id gets its grant again; otherwise the pool grants what it
+    /// can, and when units are free elsewhere the SKU is rebalanced so the
+    /// policy asks for them back. Exhausted only when nothing is free anywhere.
+    pub fn take(
+        &mut self,
+        region: usize,
+        req: &TakeRequest,
+        history: TakeHistory,
+        policy: &dyn Policy,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Taken, AllocationError> {
+        check_transfer("take", &req.id, req.units)?;
+        assert!(
+            self.is_for(&req.tenant, &req.sku),
+            "take routed to another SKU"
+        );
+        let answer = |grant, exhausted, paused| TakeResponse {
+            grant,
+            exhausted,
+            paused,
+        };
+        match history {
+            TakeHistory::UsedElsewhere => {
+                return Err(AllocationError::Invalid(
+                    "transfer id already used for something else".into(),
+                ))
+            }
+            TakeHistory::GrantedHere(units) => {
+                return Ok(Taken {
+                    response: answer(Some(self.transfer(&req.id, units)), false, self.paused),
+                    granted: 0,
+                    moves: Moves::default(),
+                })
+            }
+            TakeHistory::Unused => {}
+        }
+        if self.paused {
+            return Ok(Taken {
+                response: answer(None, false, true),
+                granted: 0,
+                moves: Moves::default(),
+            });
+        }
+        let decision = decide_take(&self.policy_view(), region, req.units);
+        let grant = (decision.granted > 0).then(|| {
+            self.grant(region, req.id.clone(), decision.granted);
+            self.transfer(&req.id, decision.granted)
+        });
+        let moves = if !decision.exhausted && decision.granted < req.units {
+            self.rebalance(policy, new_id)
+        } else {
+            Moves::default()
+        };
+        Ok(Taken {
+            response: answer(grant, decision.exhausted, false),
+            granted: decision.granted,
+            moves,
+        })
+    }
+}
+
+/// Applies one agent's sync to every SKU its region takes part in (each
+/// SKU with the region's index in it): a request from an older epoch is
+/// refused; acks move grants to leased; each return not applied before goes
+/// back to the pool and settles recalls; a report newer than the last
+/// applied one (`session`) replaces it; then every SKU is rebalanced, and
+/// the answer carries each SKU's pending grants and directive.
+///
+/// `applied_before` holds the ids among `req.returns` that the driver's
+/// store already applied. Every ack and every return of the request is
+/// confirmed: after the sync no acknowledged grant is pending and every
+/// return is applied, now or before.
+pub fn sync(
+    skus: &mut [(&mut Allocation, usize)],
+    session: Option<AgentSession>,
+    req: &SyncRequest,
+    applied_before: &HashSet<String>,
+    now_ms: u64,
+    policy: &dyn Policy,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Synced, AllocationError> {
+    if session.is_some_and(|s| req.epoch < s.epoch) {
+        return Err(AllocationError::StaleEpoch);
+    }
+    let fresh = session.is_none_or(|s| (req.epoch, req.seq) > (s.epoch, s.seq));
+    let new_returns = returns_to_apply(skus, req, applied_before)?;
+
+    let rtt_ms = req.rtt_ms.min(RTT_MS_MAX);
+    let mut response = SyncResponse {
+        grants: Vec::new(),
+        confirmed: req.acks.clone(),
+        applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
+        skus: Vec::with_capacity(skus.len()),
+    };
+    let mut moves = Vec::with_capacity(skus.len());
+    for (index, (allocation, region)) in skus.iter_mut().enumerate() {
+        let region = *region;
+        for id in &req.acks {
+            allocation.deliver(region, id);
+        }
+        for (_, ret) in new_returns.iter().filter(|(i, _)| *i == index) {
+            allocation.take_back(region, ret.units);
+        }
+        if fresh {
+            if let Some(report) = req
+                .skus
+                .iter()
+                .find(|s| allocation.is_for(&s.tenant, &s.sku))
+            {
+                allocation.apply_report(region, report, now_ms);
+            }
+            allocation.regions[region].rtt_ms = rtt_ms;
+        }
+        moves.push(allocation.rebalance(policy, new_id));
+        response.grants.extend(allocation.pending_grants(region));
+        response.skus.push(allocation.directive(region));
+    }
+    Ok(Synced {
+        session: fresh.then_some(AgentSession {
+            epoch: req.epoch,
+            seq: req.seq,
+            rtt_ms,
+        }),
+        response,
+        applied: new_returns.into_iter().map(|(_, t)| t.clone()).collect(),
+        moves,
+    })
+}
+
+/// The returns of `req` to apply now, each with the index of its SKU in
+/// `skus`: checked, not applied before, each id once. Refuses the request
+/// if a return names a SKU the region has no part in, or if the returns
+/// would take more than the region's lease (counting the grants this
+/// request acknowledges).
+fn returns_to_apply<'r>(
+    skus: &[(&mut Allocation, usize)],
+    req: &'r SyncRequest,
+    applied_before: &HashSet<String>,
+) -> Result<Vec<(usize, &'r TransferMsg)>, AllocationError> {
+    let acks: HashSet<&str> = req.acks.iter().map(String::as_str).collect();
+    let mut room: Vec<u64> = skus
+        .iter()
+        .map(|(allocation, region)| {
+            let r = &allocation.regions[*region];
+            let acked: u64 = r
+                .grants
+                .iter()
+                .filter(|(id, _)| acks.contains(id.as_str()))
+                .map(|(_, units)| units)
+                .sum();
+            r.leased + acked
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for ret in &req.returns {
+        check_transfer("return", &ret.id, ret.units)?;
+        let index = skus
+            .iter()
+            .position(|(allocation, _)| allocation.is_for(&ret.tenant, &ret.sku))
+            .ok_or_else(|| {
+                AllocationError::Invalid(format!(
+                    "return for a SKU this region has no part in: {}",
+                    ret.id
+                ))
+            })?;
+        if applied_before.contains(&ret.id) || !seen.insert(ret.id.as_str()) {
+            continue;
+        }
+        room[index] = room[index].checked_sub(ret.units).ok_or_else(|| {
+            AllocationError::Invalid(format!("return {} exceeds the region's lease", ret.id))
+        })?;
+        out.push((index, ret));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::policy::{CentralOnly, ProportionalShare, RefillOnLowWater, StaticSplit, TailMerge};
+
+    fn ids() -> impl FnMut() -> String {
+        let mut next = 0u64;
+        move || {
+            next += 1;
+            format!("g-{next}")
+        }
+    }
+
+    fn new_sku(total: u64, weights: &[u32], policy: &dyn Policy) -> Allocation {
+        Allocation::create(
+            Tenant::parse("t").unwrap(),
+            Sku::parse("s").unwrap(),
+            total,
+            SkuSettings::default(),
+            weights,
+            policy,
+            &mut ids(),
+        )
+        .0
+    }
+
+    fn sync_req(
+        seq: u64,
+        acks: Vec<String>,
+        returns: Vec<TransferMsg>,
+        available: u64,
+    ) -> SyncRequest {
+        SyncRequest {
+            epoch: 1,
+            seq,
+            rtt_ms: 50,
+            skus: vec![SkuReport {
+                tenant: "t".into(),
+                sku: "s".into(),
+                available,
+                held: 0,
+                sold: 0,
+                sale_rate_per_s: 1.0,
+            }],
+            acks,
+            returns,
+        }
+    }
+
+    fn ret(id: &str, units: u64) -> TransferMsg {
+        TransferMsg {
+            id: id.into(),
+            tenant: "t".into(),
+            sku: "s".into(),
+            units,
+        }
+    }
+
+    /// Region 0's sync under the static split.
+    fn sync_static(
+        sku: &mut Allocation,
+        session: Option<AgentSession>,
+        req: &SyncRequest,
+        applied: &HashSet<String>,
+        now_ms: u64,
+    ) -> Result<Synced, AllocationError> {
+        sync(
+            &mut [(sku, 0)],
+            session,
+            req,
+            applied,
+            now_ms,
+            &StaticSplit,
+            &mut ids(),
+        )
+    }
+
+    /// Goal: a grant, its ack and a return keep the total; a repeated ack or
+    /// return changes nothing; a return beyond the lease and an older epoch
+    /// are refused without a trace.
+    #[test]
+    fn transfers_apply_once_and_refusals_change_nothing() {
+        let mut sku = new_sku(10, &[1, 1], &StaticSplit);
+        assert_eq!((sku.pool, sku.in_transit()), (0, 10));
+        let grant = sku.pending_grants(0)[0].clone();
+        let req = sync_req(1, vec![grant.id.clone()], vec![ret("r-1", 2)], 3);
+        let none = HashSet::new();
+        let out = sync_static(&mut sku, None, &req, &none, 7).unwrap();
+        assert_eq!(sku.regions[0].leased, 3);
+        assert_eq!(sku.pool, 2);
+        assert_eq!(out.applied, vec![ret("r-1", 2)]);
+        assert_eq!(out.response.confirmed, vec![grant.id.clone()]);
+        assert_eq!(out.response.applied_returns, vec!["r-1".to_owned()]);
+        assert_eq!(sku.regions[0].reported_at_ms, Some(7));
+        let session = out.session;
+        assert!(session.is_some());
+
+        let applied: HashSet<String> = ["r-1".to_owned()].into();
+        let after = sku.clone();
+        let again = sync_static(&mut sku, session, &req, &applied, 8).unwrap();
+        assert_eq!(sku, after, "a replayed sync moves nothing");
+        assert_eq!(again.session, None, "an old report is not applied again");
+
+        let too_much = sync_req(2, vec![], vec![ret("r-2", 4)], 1);
+        assert!(matches!(
+            sync_static(&mut sku, session, &too_much, &applied, 9),
+            Err(AllocationError::Invalid(_))
+        ));
+        let mut old = sync_req(3, vec![], vec![], 0);
+        old.epoch = 0;
+        assert_eq!(
+            sync_static(&mut sku, session, &old, &applied, 9),
+            Err(AllocationError::StaleEpoch)
+        );
+        assert_eq!(sku, after);
+        assert!(sku.set_total(7).is_err());
+        sku.set_total(8).unwrap();
+        assert_eq!((sku.total, sku.pool), (8, 0));
+    }
+
+    /// Goal: a take grants from the pool, a repeat gets the same grant, a
+    /// paused SKU grants nothing, and exhausted is said only when nothing is
+    /// free anywhere.
+    #[test]
+    fn takes_grant_from_the_pool_once() {
+        let mut a = new_sku(3, &[1, 1], &CentralOnly);
+        assert_eq!(a.mode, Mode::Central);
+        let take = |a: &mut Allocation, region, id: &str, units, history| {
+            let req = TakeRequest {
+                id: id.into(),
+                tenant: "t".into(),
+                sku: "s".into(),
+                units,
+            };
+            a.take(region, &req, history, &CentralOnly, &mut ids())
+        };
+        let out = take(&mut a, 0, "t-1", 2, TakeHistory::Unused).unwrap();
+        assert_eq!((out.granted, out.response.exhausted, a.pool), (2, false, 1));
+        let again = take(&mut a, 0, "t-1", 2, TakeHistory::GrantedHere(2)).unwrap();
+        let units = again.response.grant.map(|g| g.units);
+        assert_eq!((again.granted, units), (0, Some(2)));
+        assert!(take(&mut a, 0, "t-1", 2, TakeHistory::UsedElsewhere).is_err());
+        a.paused = true;
+        let paused = take(&mut a, 1, "t-2", 1, TakeHistory::Unused).unwrap();
+        assert!(paused.response.paused && paused.response.grant.is_none());
+        a.paused = false;
+        let short = take(&mut a, 1, "t-3", 2, TakeHistory::Unused).unwrap();
+        assert_eq!(short.granted, 1);
+        let why = "2 units are still in transit to region 0";
+        assert!(!short.response.exhausted, "{why}");
+    }
+
+    fn policy(i: u8) -> Box<dyn Policy> {
+        match i % 5 {
+            0 => Box::new(StaticSplit),
+            1 => Box::new(RefillOnLowWater::default()),
+            2 => Box::new(ProportionalShare::default()),
+            3 => Box::new(TailMerge::default()),
+            _ => Box::new(CentralOnly),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A region syncs: acks the grants picked by `acks` (a bit mask over
+        /// its pending grants), returns `returns` units under a new or the
+        /// last id, reports `available`, with a new or a repeated seq.
+        Sync {
+            region: u8,
+            acks: u8,
+            returns: u8,
+            repeat_return: bool,
+            available: u8,
+            rate: u8,
+            new_seq: bool,
+        },
+        /// A region takes `units`, under a new or the last take id.
+        Take {
+            region: u8,
+            units: u8,
+            repeat: bool,
+        },
+        AddStock(u8),
+        SetTotal(u16),
+        Pause(bool),
+        Retire(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..4u8, any::<u8>(), 0..8u8, any::<bool>(), 0..30u8, 0..50u8, any::<bool>()).prop_map(
+                |(region, acks, returns, repeat_return, available, rate, new_seq)| Op::Sync {
+                    region, acks, returns, repeat_return, available, rate, new_seq
+                }
+            ),
+            3 => (0..4u8, 1..6u8, any::<bool>()).prop_map(|(region, units, repeat)| Op::Take { region, units, repeat }),
+            1 => (0..20u8).prop_map(Op::AddStock),
+            1 => (0..300u16).prop_map(Op::SetTotal),
+            1 => any::<bool>().prop_map(Op::Pause),
+            1 => (0..4u8).prop_map(Op::Retire),
+        ]
+    }
+
+    proptest! {
+        /// Goal: under any sequence of syncs (acks, returns, reports, repeats),
+        /// takes (new and repeated) and admin changes, with any policy, the
+        /// SKU's books stay balanced (asserted inside every move), units
+        /// appear only by adding stock, a repeated transfer moves nothing, a
+        /// refused input changes nothing, and exhausted is said only when
+        /// nothing is free anywhere.
+        #[test]
+        fn random_sequences_keep_the_books(
+            total in 0..200u64,
+            weights in proptest::collection::vec(0..4u32, 1..5),
+            which in any::<u8>(),
+            ops in proptest::collection::vec(op(), 1..150),
+        ) {
+            let policy = policy(which);
+            let mut next_id = ids();
+            let (mut a, moves) = Allocation::create(
+                Tenant::parse("t").unwrap(), Sku::parse("s").unwrap(), total,
+                SkuSettings::default(), &weights, policy.as_ref(), &mut next_id,
+            );
+            prop_assert!(a.is_balanced());
+            prop_assert_eq!(moves.granted_units(), a.in_transit());
+            let regions = weights.len();
+            let mut sessions: Vec<Option<AgentSession>> = vec![None; regions];
+            let mut seqs = vec![0u64; regions];
+            let mut applied: Vec<HashSet<String>> = vec![HashSet::new(); regions];
+            let mut last_return: Vec<Option<TransferMsg>> = vec![None; regions];
+            let mut takes: Vec<(usize, String, u64)> = Vec::new();
+            let mut returns = 0u64;
+            for op in ops {
+                let before = a.clone();
+                let sets_total = matches!(op, Op::AddStock(_) | Op::SetTotal(_));
+                match op {
+                    Op::Sync { region, acks, returns: units, repeat_return, available, rate, new_seq } => {
+                        let r = usize::from(region) % regions;
+                        let ack_ids: Vec<String> = a.regions[r].grants.keys().enumerate()
+                            .filter(|(i, _)| acks & (1 << (i % 8)) != 0)
+                            .map(|(_, id)| id.clone())
+                            .collect();
+                        let acked: u64 = ack_ids.iter().map(|id| a.regions[r].grants[id]).sum();
+                        let mut rets = Vec::new();
+                        if repeat_return {
+                            rets.extend(last_return[r].clone());
+                        } else if units > 0 {
+                            returns += 1;
+                            rets.push(ret(&format!("r-{returns}"), u64::from(units)));
+                        }
+                        if new_seq { seqs[r] += 1; }
+                        let mut req = sync_req(seqs[r], ack_ids.clone(), rets.clone(), u64::from(available));
+                        req.skus[0].sale_rate_per_s = f64::from(rate);
+                        let new_units: u64 = rets.iter().filter(|t| !applied[r].contains(&t.id)).map(|t| t.units).sum();
+                        let out = sync(&mut [(&mut a, r)], sessions[r], &req, &applied[r], 1_000, policy.as_ref(), &mut next_id);
+                        match out {
+                            Ok(out) => {
+                                prop_assert!(new_units <= before.regions[r].leased + acked);
+                                prop_assert_eq!(a.regions[r].returned, before.regions[r].returned + new_units);
+                                prop_assert_eq!(out.applied.iter().map(|t| t.units).sum::<u64>(), new_units);
+                                for id in &ack_ids {
+                                    prop_assert!(!a.regions[r].grants.contains_key(id));
+                                }
+                                prop_assert_eq!(&out.response.grants, &a.pending_grants(r));
+                                prop_assert_eq!(out.response.skus[0].sold_out, a.is_exhausted());
+                                if let Some(s) = out.session { sessions[r] = Some(s); }
+                                for t in &rets { applied[r].insert(t.id.clone()); }
+                                if let Some(t) = rets.last() { last_return[r] = Some(t.clone()); }
+                            }
+                            Err(_) => {
+                                prop_assert!(new_units > before.regions[r].leased + acked);
+                                prop_assert_eq!(&a, &before);
+                            }
+                        }
+                    }
+                    Op::Take { region, units, repeat } => {
+                        let r = usize::from(region) % regions;
+                        let (id, history) = match takes.last() {
+                            Some((owner, id, granted)) if repeat => (
+                                id.clone(),
+                                if *owner == r { TakeHistory::GrantedHere(*granted) } else { TakeHistory::UsedElsewhere },
+                            ),
+                            _ => (format!("t-{}", takes.len()), TakeHistory::Unused),
+                        };
+                        let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units) };
+                        match a.take(r, &req, history, policy.as_ref(), &mut next_id) {
+                            Ok(out) => {
+                                prop_assert!(out.granted <= before.pool.min(u64::from(units)));
+                                if out.response.exhausted {
+                                    prop_assert_eq!(a.pool, 0);
+                                    prop_assert!(before.regions.iter().all(|x| x.in_transit() == 0 && x.report.available == 0));
+                                }
+                                if let TakeHistory::GrantedHere(units) = history {
+                                    prop_assert_eq!(out.response.grant.map(|g| g.units), Some(units));
+                                    prop_assert_eq!(&a, &before);
+                                } else if out.granted > 0 {
+                                    takes.push((r, id, out.granted));
+                                }
+                            }
+                            Err(_) => {
+                                prop_assert_eq!(history, TakeHistory::UsedElsewhere);
+                                prop_assert_eq!(&a, &before);
+                            }
+                        }
+                    }
+                    Op::AddStock(n) => {
+                        a.add_stock(u64::from(n));
+                        prop_assert_eq!(a.total, before.total + u64::from(n));
+                    }
+                    Op::SetTotal(n) => match a.set_total(u64::from(n)) {
+                        Ok(()) => prop_assert_eq!(a.total, u64::from(n)),
+                        Err(_) => {
+                            prop_assert!(before.total - u64::from(n) > before.pool);
+                            prop_assert_eq!(&a, &before);
+                        }
+                    },
+                    Op::Pause(paused) => a.paused = paused,
+                    Op::Retire(region) => {
+                        let mut w: Vec<u32> = a.regions.iter().map(|x| x.weight).collect();
+                        w[usize::from(region) % regions] = 0;
+                        a.set_weights(&w);
+                        a.rebalance(policy.as_ref(), &mut next_id);
+                    }
+                }
+                prop_assert!(a.is_balanced());
+                prop_assert!(a.regions.iter().zip(&before.regions).all(|(x, y)| x.returned >= y.returned));
+                if !sets_total {
+                    prop_assert_eq!(a.total, before.total, "units appear only as added stock");
+                }
+            }
+        }
+    }
+}
