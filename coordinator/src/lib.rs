@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod config;
 pub mod http;
+pub mod notices;
 pub mod store;
 
 use std::future::Future;

@@ -154,6 +154,14 @@ async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
     })
     .await;
 
+    // Returns cannot be recorded while this lock is held: eu's delivery
+    // waits, so the window between its debit and the delivery stays open
+    // (the agent syncs at once after a return, so timing cannot open it).
+    let mut hold_returns = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE transfers IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *hold_returns)
+        .await
+        .unwrap();
     // Take eu out of the SKU: the coordinator recalls all of its free units.
     admin
         .put_sku("acme", "drop", json!({"total": 100, "regions": {"us": 1}}))
@@ -171,16 +179,18 @@ async fn agent_killed_between_debit_and_delivery_of_a_return(pool: PgPool) {
     )
     .await;
     eu.kill9();
+    let seen_under_lock: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM transfers WHERE kind = 'RETURN'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    hold_returns.rollback().await.unwrap();
     let (return_id, units): (String, i64) = sqlx::query_as("SELECT id, units FROM outbox_returns")
         .fetch_one(&eu_db.pool)
         .await
         .unwrap();
-    let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM transfers WHERE kind = 'RETURN'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
     assert_eq!(
-        (seen, units),
+        (seen_under_lock, units),
         (0, 40),
         "killed after the debit, before the delivery"
     );

@@ -138,6 +138,19 @@ impl Moves {
     pub fn granted_units(&self) -> u64 {
         self.grants.iter().map(|g| g.2).sum()
     }
+
+    /// Indices (below `regions`) of the regions these moves give something
+    /// to do: a grant to credit, a recall to return, a mode change. Their
+    /// agents are told at once (a notice) rather than at their next sync.
+    pub fn regions_to_notify(&self, regions: usize) -> Vec<usize> {
+        (0..regions)
+            .filter(|&i| {
+                self.merged
+                    || self.grants.iter().any(|g| g.0 == i)
+                    || self.recalls.iter().any(|r| r.0 == i && r.1 > 0)
+            })
+            .collect()
+    }
 }
 
 /// A region agent's standing: its process's fencing epoch, the sequence

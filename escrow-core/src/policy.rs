@@ -320,11 +320,12 @@ pub struct TailMergeSettings {
     pub refill: RefillSettings,
     /// Merge when the remainder is at most this many units...
     pub merge_units: u64,
-    /// ...or at most this share of the total, whichever is larger.
+    /// ...or at most this share of the total, whichever is larger...
     pub merge_fraction: f64,
-    /// A region holding more than this many times its target while another
-    /// region is starved and the pool is empty gives the excess back.
-    pub surplus_factor: f64,
+    /// ...or at most what all regions together sell in this many ms at
+    /// their recent rates: a tail that would be gone within a few round
+    /// trips sells from one counter, so no unit waits in a quiet region.
+    pub merge_horizon_ms: u64,
 }
 
 impl Default for TailMergeSettings {
@@ -333,13 +334,16 @@ impl Default for TailMergeSettings {
             refill: RefillSettings::default(),
             merge_units: 20,
             merge_fraction: 0.02,
-            surplus_factor: 2.0,
+            merge_horizon_ms: 500,
         }
     }
 }
 
-/// Our policy: refill on low water, recall surplus from slow regions when
-/// the pool is empty, and merge the tail into central mode near sell-out.
+/// Our policy: refill on low water; as soon as the pool is empty and a
+/// region is short, recall every region's free units beyond its
+/// rate-weighted share of the remainder (so units follow demand in one
+/// move, not a trickle); and merge the tail into central mode once what is
+/// left would sell within a few round trips.
 #[derive(Debug, Clone, Default)]
 pub struct TailMerge {
     /// Settings.
@@ -348,10 +352,13 @@ pub struct TailMerge {
 
 impl TailMerge {
     /// The remainder at or below which the tail is merged.
-    pub fn threshold(&self, total: u64) -> u64 {
+    pub fn threshold(&self, sku: &SkuState) -> u64 {
+        let rate: f64 = sku.regions.iter().map(|r| r.sale_rate_per_s).sum();
+        let horizon = (rate * self.settings.merge_horizon_ms as f64 / 1_000.0).ceil() as u64;
         self.settings
             .merge_units
-            .max((total as f64 * self.settings.merge_fraction).ceil() as u64)
+            .max((sku.total as f64 * self.settings.merge_fraction).ceil() as u64)
+            .max(horizon)
     }
 }
 
@@ -363,7 +370,7 @@ impl Policy for TailMerge {
         self.settings.refill.split(total, weights)
     }
     fn plan(&self, sku: &SkuState) -> Plan {
-        if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku.total) {
+        if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
             return central_plan(sku);
         }
         let refill = &self.settings.refill;
@@ -377,17 +384,49 @@ impl Policy for TailMerge {
             .iter()
             .any(|r| r.weight > 0 && r.on_hand() < refill.low_water(r));
         if pool_left == 0 && starved {
-            for (i, r) in sku.regions.iter().enumerate() {
-                let keep = (refill.target(r) as f64 * self.settings.surplus_factor).ceil() as u64;
-                let free = r.available.saturating_sub(r.recall_pending);
-                let keep = if r.weight == 0 { 0 } else { keep };
-                if free > keep {
-                    plan.recalls.push((i, free - keep));
-                }
-            }
+            plan.recalls = rate_weighted_recalls(sku, refill.min_units);
         }
         plan
     }
+}
+
+/// Recalls that leave each region its share of the remainder in
+/// proportion to its recent sale rate (by weight before any rate is
+/// known; a region keeps at least `min_units`): what the quiet regions hold
+/// beyond their own near-term demand goes where the buyers are.
+pub fn rate_weighted_recalls(sku: &SkuState, min_units: u64) -> Vec<(usize, u64)> {
+    let demand: Vec<u32> = sku
+        .regions
+        .iter()
+        .map(|r| {
+            if r.weight == 0 {
+                0
+            } else {
+                (r.sale_rate_per_s * 1_000.0).min(f64::from(u32::MAX)) as u32
+            }
+        })
+        .collect();
+    // Before any region has reported a rate, the weights are the best guess.
+    let demand = if demand.iter().all(|d| *d == 0) {
+        sku.regions.iter().map(|r| r.weight).collect()
+    } else {
+        demand
+    };
+    let shares = split_by_weight(sku.remainder(), &demand);
+    sku.regions
+        .iter()
+        .zip(shares)
+        .enumerate()
+        .filter_map(|(i, (r, share))| {
+            let keep = if r.weight == 0 {
+                0
+            } else {
+                share.max(min_units)
+            };
+            let free = r.available.saturating_sub(r.recall_pending);
+            (free > keep).then(|| (i, free - keep))
+        })
+        .collect()
 }
 
 /// Recalls of every free unit from regions whose weight is 0 (removed from

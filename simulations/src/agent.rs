@@ -108,8 +108,8 @@ pub enum Timer {
     OwnerTick,
     /// The owner asked to be woken (parked requests: a take or a deadline is due).
     Wake,
-    /// Time to report.
-    SyncTick,
+    /// Time to report (stale unless it carries the current sync generation).
+    SyncTick(u64),
     /// A sync call got no answer within the client timeout.
     SyncTimeout(u64),
     /// A take call got no answer within the client timeout.
@@ -232,8 +232,14 @@ pub struct Agent {
     /// When a [`Timer::Wake`] is scheduled, ms since the epoch.
     wake_at_ms: Option<u64>,
     take_call: Option<u64>,
+    /// Units the take in flight asked for.
+    take_units: Option<u64>,
     call_seq: u64,
     sync_call: Option<(u64, u64)>,
+    /// Which scheduled [`Timer::SyncTick`] is the live one.
+    sync_gen: u64,
+    /// A sync was asked for while one was in flight: the next starts at once.
+    sync_again: bool,
     sync_seq: u64,
     last_rtt_ms: u64,
 }
@@ -275,8 +281,11 @@ impl Agent {
             committing: None,
             wake_at_ms: None,
             take_call: None,
+            take_units: None,
             call_seq: 0,
             sync_call: None,
+            sync_gen: 0,
+            sync_again: false,
             sync_seq: 0,
             last_rtt_ms: 0,
         }
@@ -321,7 +330,7 @@ impl Agent {
 
     /// The timers that start the agent's loops.
     pub fn start(&self, sync_at_us: u64, tick_at_us: u64, out: &mut Vec<Effect>) {
-        out.push(self.timer(sync_at_us, Timer::SyncTick));
+        out.push(self.timer(sync_at_us, Timer::SyncTick(self.sync_gen)));
         out.push(self.timer(tick_at_us, Timer::OwnerTick));
     }
 
@@ -433,7 +442,11 @@ impl Agent {
                 }
                 self.pump(now_us, out);
             }
-            Timer::SyncTick => self.on_sync_tick(now_us, out),
+            Timer::SyncTick(gen) => {
+                if gen == self.sync_gen {
+                    self.on_sync_tick(now_us, out);
+                }
+            }
             Timer::SyncTimeout(call) => {
                 if self.sync_call.map(|c| c.0) == Some(call) {
                     self.sync_failed(now_us, out);
@@ -532,6 +545,7 @@ impl Agent {
         let call = self.call_seq;
         self.stats.takes += 1;
         self.take_call = Some(call);
+        self.take_units = Some(request.units);
         self.send(now_us, call, Payload::Take(request), out);
         out.push(self.timer(now_us + self.client_timeout_us(), Timer::TakeTimeout(call)));
     }
@@ -549,7 +563,12 @@ impl Agent {
         }
         self.take_call = None;
         self.link_down = false;
+        let asked = self.take_units.take().unwrap_or(0);
+        let short = !resp.exhausted && resp.grant.as_ref().map_or(0, |g| g.units) < asked;
         self.owner.handle_take_answer(Some(resp.clone()));
+        if short {
+            self.request_sync(now_us, out);
+        }
         self.pump(now_us, out);
     }
 
@@ -558,6 +577,7 @@ impl Agent {
             return;
         }
         self.take_call = None;
+        self.take_units = None;
         self.link_down = true;
         self.owner.handle_take_answer(None);
         self.pump(now_us, out);
@@ -582,6 +602,9 @@ impl Agent {
         let outcome = self.write(&batch);
         self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
         self.owner.handle_commit_result(Ok(outcome));
+        if !batch.returns.is_empty() || !batch.grants.is_empty() {
+            self.request_sync(now_us, out);
+        }
         self.pump(now_us, out);
     }
 
@@ -653,7 +676,32 @@ impl Agent {
     fn sync_failed(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         self.sync_call = None;
         self.link_down = true;
-        out.push(self.timer(now_us + self.cfg.sync_interval_ms * 1_000, Timer::SyncTick));
+        self.schedule_sync(now_us, out);
+    }
+
+    /// The next sync: at once if one was asked for meanwhile, else after the interval.
+    fn schedule_sync(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        self.sync_gen += 1;
+        if std::mem::take(&mut self.sync_again) {
+            return self.on_sync_tick(now_us, out);
+        }
+        let at = now_us + self.cfg.sync_interval_ms * 1_000;
+        out.push(self.timer(at, Timer::SyncTick(self.sync_gen)));
+    }
+
+    /// Syncs at once (as the agent's sync loop does when asked): units
+    /// were returned or received, buyers wait for units, or the
+    /// coordinator's notice came. One already in flight: the next follows it.
+    pub fn request_sync(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        if !self.up {
+            return;
+        }
+        if self.sync_call.is_some() {
+            self.sync_again = true;
+            return;
+        }
+        self.sync_gen += 1;
+        self.on_sync_tick(now_us, out);
     }
 
     /// The coordinator answered a sync (an answer to another call is dropped).
@@ -680,7 +728,7 @@ impl Agent {
         for id in &resp.applied_returns {
             self.returns.remove(id);
         }
-        out.push(self.timer(now_us + self.cfg.sync_interval_ms * 1_000, Timer::SyncTick));
+        self.schedule_sync(now_us, out);
         self.pump(now_us, out);
     }
 
@@ -710,7 +758,9 @@ impl Agent {
         self.committing = None;
         self.wake_at_ms = None;
         self.take_call = None;
+        self.take_units = None;
         self.sync_call = None;
+        self.sync_again = false;
         self.link_down = true;
     }
 

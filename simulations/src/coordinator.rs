@@ -11,7 +11,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use escrow_core::allocation::{self, AgentSession, Allocation, AllocationError, TakeHistory};
+use escrow_core::allocation::{
+    self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
+};
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
 use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant};
 
@@ -30,6 +32,8 @@ pub struct Coordinator {
     grant_seq: u64,
     busy_until_us: u64,
     service_us: u64,
+    /// Regions with news since the world last asked.
+    noticed: Vec<usize>,
 }
 
 /// Identity and settings of the simulated SKU.
@@ -88,6 +92,7 @@ impl Coordinator {
             grant_seq,
             busy_until_us: 0,
             service_us,
+            noticed: Vec::new(),
         }
     }
 
@@ -149,6 +154,9 @@ impl Coordinator {
         self.applied_returns[r].extend(synced.applied.into_iter().map(|t| t.id));
         let merged = synced.moves.iter().any(|m| m.merged);
         self.merged_at(merged, now_us);
+        for moves in &synced.moves {
+            self.news(moves);
+        }
         Some(synced.response)
     }
 
@@ -171,6 +179,21 @@ impl Coordinator {
             self.take_grants.insert(req.id.clone(), (r, taken.granted));
         }
         self.merged_at(taken.moves.merged, now_us);
+        self.news(&taken.moves);
         taken.response
+    }
+
+    fn news(&mut self, moves: &Moves) {
+        let regions = self.allocation.regions.len();
+        for r in moves.regions_to_notify(regions) {
+            if !self.noticed.contains(&r) {
+                self.noticed.push(r);
+            }
+        }
+    }
+
+    /// Regions told to sync at once since the last call (their watch calls answered).
+    pub fn take_notices(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.noticed)
     }
 }

@@ -27,6 +27,9 @@ pub enum Payload {
     TakeReply(TakeResponse),
     /// The coordinator's host refused the connection (the process is down).
     Refused,
+    /// Coordinator -> agent: the answer to its held-open watch call, sent
+    /// when the coordinator has news for the region: sync now.
+    Notice,
 }
 
 impl Payload {

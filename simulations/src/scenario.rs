@@ -380,10 +380,10 @@ pub struct TailMergeConfig {
     pub refill: RefillConfig,
     /// Merge when the remainder is at most this many units...
     pub merge_units: u64,
-    /// ...or at most this share of the total, whichever is larger.
+    /// ...or at most this share of the total...
     pub merge_fraction: f64,
-    /// Surplus factor for recalls from slow regions.
-    pub surplus_factor: f64,
+    /// ...or at most what the regions sell in this many ms.
+    pub merge_horizon_ms: u64,
 }
 
 impl Default for TailMergeConfig {
@@ -393,7 +393,7 @@ impl Default for TailMergeConfig {
             refill: RefillConfig::default(),
             merge_units: d.merge_units,
             merge_fraction: d.merge_fraction,
-            surplus_factor: d.surplus_factor,
+            merge_horizon_ms: d.merge_horizon_ms,
         }
     }
 }
@@ -405,7 +405,7 @@ impl TailMergeConfig {
             refill: self.refill.to_core(sync_interval_ms),
             merge_units: self.merge_units,
             merge_fraction: self.merge_fraction,
-            surplus_factor: self.surplus_factor,
+            merge_horizon_ms: self.merge_horizon_ms,
         }
     }
 }

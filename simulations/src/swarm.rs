@@ -168,7 +168,7 @@ pub fn case(seed: u64) -> SwarmCase {
             refill,
             merge_units: g.range(0, 50),
             merge_fraction: g.range_f64(0.0, 0.3),
-            surplus_factor: g.range_f64(1.0, 4.0),
+            merge_horizon_ms: g.range(0, 2_000),
         },
     };
     let policy = pick(&mut g, &POLICY_NAMES);

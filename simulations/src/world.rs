@@ -439,6 +439,20 @@ impl World {
                     _ => None,
                 }
             };
+            // Regions with news get their held-open watch call answered.
+            for region in self.coordinator.take_notices() {
+                let at = self.coordinator.reply_at(now);
+                let epoch = self.agents[region].epoch;
+                self.send(
+                    at,
+                    Envelope {
+                        region,
+                        call: 0,
+                        epoch,
+                        payload: Payload::Notice,
+                    },
+                );
+            }
             if let Some(payload) = reply {
                 let at = if matches!(payload, Payload::Refused) {
                     now
@@ -465,6 +479,7 @@ impl World {
             Payload::SyncReply(resp) => a.on_sync_reply(now, env.call, resp, &mut self.effects),
             Payload::TakeReply(resp) => a.on_take_reply(now, env.call, resp, &mut self.effects),
             Payload::Refused => a.on_refused(now, env.call, &mut self.effects),
+            Payload::Notice => a.request_sync(now, &mut self.effects),
             Payload::Sync(_) | Payload::Take(_) => {}
         }
         self.apply_effects();

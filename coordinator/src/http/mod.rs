@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/regions", get(admin::regions))
         .route("/v1/regions/{region}/sync", post(region::sync))
         .route("/v1/regions/{region}/take", post(region::take))
+        .route("/v1/regions/{region}/watch", post(region::watch))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -4,7 +4,9 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
+use escrow_core::protocol::{
+    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+};
 use escrow_core::RegionName;
 
 use super::error::ApiError;
@@ -46,4 +48,22 @@ pub async fn take(
     Ok(Json(
         state.store().take(&region, &req, state.policy()).await?,
     ))
+}
+
+/// `POST /v1/regions/{region}/watch`: held open until the coordinator has
+/// news for the region or the bounded wait passes; the agent then syncs.
+pub async fn watch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(region): Path<String>,
+    body: Result<Json<WatchRequest>, JsonRejection>,
+) -> Result<Json<WatchResponse>, ApiError> {
+    let region = authorise(&state, &headers, &region)?;
+    let Json(req) = body?;
+    let notice = state
+        .store()
+        .notices()
+        .wait(&region, req.seen, req.wait_ms)
+        .await;
+    Ok(Json(WatchResponse { notice }))
 }

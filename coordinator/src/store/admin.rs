@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::books::{load, load_to_change, save, stored, timestamp, Loaded, Lock};
-use super::{new_grant_id, observe, Store, StoreError};
+use super::{new_grant_id, Store, StoreError};
 
 /// One region's part of a SKU, as the admin API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -198,8 +198,8 @@ impl Store {
         let moves = loaded.allocation.rebalance(policy, &mut new_grant_id);
         save(&mut tx, before.as_ref(), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
-        observe(&loaded.allocation, &split);
-        observe(&loaded.allocation, &moves);
+        self.observe(&loaded.allocation, &loaded.names, &split);
+        self.observe(&loaded.allocation, &loaded.names, &moves);
         Ok(created)
     }
 
@@ -248,7 +248,7 @@ impl Store {
         let moves = change(&mut loaded.allocation);
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
-        observe(&loaded.allocation, &moves);
+        self.observe(&loaded.allocation, &loaded.names, &moves);
         Ok(())
     }
 

@@ -15,9 +15,13 @@ pub mod admin;
 mod books;
 pub mod region;
 
+use std::sync::Arc;
+
 use escrow_core::allocation::{AllocationError, Moves};
-use escrow_core::Allocation;
+use escrow_core::{Allocation, RegionName};
 use sqlx::PgPool;
+
+use crate::notices::Notices;
 
 pub use admin::{parse_weights, RegionSummary, RegionSync, SkuSpec, SkuSummary};
 
@@ -63,12 +67,32 @@ impl From<AllocationError> for StoreError {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    notices: Arc<Notices>,
 }
 
 impl Store {
     /// Wraps a pool whose database has the coordinator's migrations applied.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        let base =
+            u64::try_from(chrono::Utc::now().timestamp_millis()).expect("the clock is after 1970");
+        Self {
+            pool,
+            notices: Arc::new(Notices::new(base)),
+        }
+    }
+
+    /// The regions' notice numbers, for their watch calls.
+    pub fn notices(&self) -> &Notices {
+        &self.notices
+    }
+
+    /// After a commit: counts what a rebalance did, logs a tail merge, and
+    /// tells each region with something to do (`names` by region index).
+    fn observe(&self, allocation: &Allocation, names: &[RegionName], moves: &Moves) {
+        observe(allocation, moves);
+        for i in moves.regions_to_notify(names.len()) {
+            self.notices.notify(&names[i]);
+        }
     }
 
     /// Whether the database answers and the schema is in place.

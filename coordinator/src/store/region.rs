@@ -11,7 +11,7 @@ use escrow_core::{Policy, RegionName};
 use sqlx::PgConnection;
 
 use super::books::{count, load_to_change, save, stored, Loaded, Lock};
-use super::{new_grant_id, observe, Store, StoreError};
+use super::{new_grant_id, Store, StoreError};
 
 /// The region's agent row, locked: its session as the rules see it, and
 /// the (epoch, seq) stored, which the update is conditional on.
@@ -162,7 +162,7 @@ impl Store {
         }
         tx.commit().await?;
         for (loaded, moves) in skus.iter().zip(&synced.moves) {
-            observe(&loaded.allocation, moves);
+            self.observe(&loaded.allocation, &loaded.names, moves);
         }
         metrics::counter!("coordinator_syncs_total", "region" => region.as_str().to_owned())
             .increment(1);
@@ -203,7 +203,7 @@ impl Store {
             .take(index, req, history, policy, &mut new_grant_id)?;
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
-        observe(&loaded.allocation, &taken.moves);
+        self.observe(&loaded.allocation, &loaded.names, &taken.moves);
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
         metrics::counter!("coordinator_takes_total", "exhausted" => taken.response.exhausted.to_string())
             .increment(1);
