@@ -537,7 +537,13 @@ impl Allocation {
                 moves: Moves::default(),
             });
         }
-        let decision = decide_take(&self.policy_view(), region, req.units);
+        // What the taker will still see or free: grants it has not credited
+        // and returns that have not arrived (its own counters say).
+        let r = &self.regions[region];
+        let granted_ever = r.leased + r.returned + r.in_transit();
+        let unseen =
+            granted_ever.saturating_sub(req.received) + req.returned.saturating_sub(r.returned);
+        let decision = decide_take(&self.policy_view(), region, req.units, unseen);
         let grant = (decision.granted > 0).then(|| {
             self.grant(region, req.id.clone(), decision.granted);
             self.transfer(&req.id, decision.granted)
@@ -806,6 +812,8 @@ mod tests {
                 tenant: "t".into(),
                 sku: "s".into(),
                 units,
+                received: 0,
+                returned: 0,
             };
             a.take(region, &req, history, &CentralOnly, &mut ids())
         };
@@ -957,7 +965,7 @@ mod tests {
                             ),
                             _ => (format!("t-{}", takes.len()), TakeHistory::Unused),
                         };
-                        let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units) };
+                        let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units), received: 0, returned: 0 };
                         match a.take(r, &req, history, policy.as_ref(), &mut next_id) {
                             Ok(out) => {
                                 prop_assert!(out.granted <= before.pool.min(u64::from(units)));

@@ -488,13 +488,24 @@ pub struct TakeDecision {
 /// the pool has (up to `units`); report exhaustion only when nothing is
 /// free anywhere after the grant.
 ///
-/// The asking region's own last report counts too: units it reported free
-/// may since have gone into a return that has not arrived yet, and calling
-/// them sold would be a guess. Its next report settles it.
-pub fn decide_take(sku: &SkuState, asking: usize, units: u64) -> TakeDecision {
-    debug_assert!(asking < sku.regions.len());
+/// Every other region's last report and grants in transit count. The
+/// asking region speaks for itself: it asks because what it has is not
+/// enough, so only `asker_unseen` counts for it: grants to it that it has
+/// not credited yet and its returns that have not reached the pool (both
+/// from the take's own counters). Counting its stale report or the grants
+/// it already sold from would call units free that are gone, and send its
+/// buyers away to wait for nothing.
+pub fn decide_take(sku: &SkuState, asking: usize, units: u64, asker_unseen: u64) -> TakeDecision {
+    assert!(asking < sku.regions.len(), "the asking region takes part");
     let granted = units.min(sku.pool);
-    let elsewhere: u64 = sku.regions.iter().map(RegionState::on_hand).sum();
+    let others: u64 = sku
+        .regions
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != asking)
+        .map(|(_, r)| r.on_hand())
+        .sum();
+    let elsewhere = others + asker_unseen;
     TakeDecision {
         granted,
         exhausted: granted < units && sku.pool == granted && elsewhere == 0,
@@ -621,22 +632,34 @@ mod tests {
             regions: vec![region(1, 0, 0.0), region(1, 0, 0.0)],
         };
         assert_eq!(
-            decide_take(&sku, 0, 1),
+            decide_take(&sku, 0, 1, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: false
             }
         );
         assert_eq!(
-            decide_take(&sku, 0, 2),
+            decide_take(&sku, 0, 2, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: true
             }
         );
+        sku.regions[0].available = 3;
+        sku.regions[0].in_transit = 3;
+        assert_eq!(
+            decide_take(&sku, 0, 2, 0).exhausted,
+            true,
+            "the asker's own stale report and credited grants are not free"
+        );
+        assert_eq!(
+            decide_take(&sku, 0, 2, 1).exhausted,
+            false,
+            "a grant the asker has not credited yet is"
+        );
         sku.regions[1].available = 1;
         assert_eq!(
-            decide_take(&sku, 0, 2),
+            decide_take(&sku, 0, 2, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: false
@@ -646,7 +669,7 @@ mod tests {
         sku.regions[1].available = 0;
         sku.regions[1].in_transit = 1;
         assert_eq!(
-            decide_take(&sku, 0, 1),
+            decide_take(&sku, 0, 1, 0),
             TakeDecision {
                 granted: 0,
                 exhausted: false

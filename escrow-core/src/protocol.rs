@@ -149,6 +149,13 @@ pub struct TakeRequest {
     pub sku: String,
     /// Units wanted, at least 1.
     pub units: u64,
+    /// Units the region has credited from grants, cumulative, as of the
+    /// take (its ledger's `received`); 0 from an agent that does not say.
+    #[serde(default)]
+    pub received: u64,
+    /// Units the region has given back, cumulative, as of the take.
+    #[serde(default)]
+    pub returned: u64,
 }
 
 /// Coordinator -> agent, the answer to a [`TakeRequest`].

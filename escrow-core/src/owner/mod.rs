@@ -688,6 +688,8 @@ impl SkuOwner {
                 tenant: self.tenant.to_string(),
                 sku: self.sku.to_string(),
                 units,
+                received: self.ledger.received,
+                returned: self.ledger.returned,
             }));
             self.phase = Phase::Taking(work);
             return;
