@@ -860,6 +860,7 @@ impl Ledger {
         tx.commit().await?;
         metrics::counter!("coordinator_takes_total", "exhausted" => decision.exhausted.to_string())
             .increment(1);
+        metrics::counter!("coordinator_take_granted_units_total").increment(decision.granted);
         Ok(TakeResponse {
             grant: grant_msg,
             exhausted: decision.exhausted,
