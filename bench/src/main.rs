@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bench::load::{LoadSpec, Workload};
-use bench::process::Binaries;
+use bench::process::{Binaries, HOT_PATH_PACKAGES};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
 use clap::{Parser, Subcommand};
@@ -139,7 +139,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
     if !cli.no_build && cli.bin_dir.is_none() {
-        Binaries::build().await?;
+        Binaries::build(&HOT_PATH_PACKAGES).await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
     binaries.check()?;
