@@ -154,6 +154,10 @@ struct TailArgs {
     /// With --scenario: buyers arriving later than this are not sent, s.
     #[arg(long, default_value_t = 120.0)]
     cut_s: f64,
+    /// After each table, the coordinator's view over each run (mode, pool,
+    /// in transit, each region's available and held).
+    #[arg(long)]
+    timeline: bool,
 }
 
 fn seconds(s: f64) -> anyhow::Result<Duration> {
@@ -362,6 +366,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
         "{}",
         bench::tail::report::header(&machine, &settings, &code_version())
     );
+    let watch = bench::interference::Watch::start();
     let mut ok = true;
     for sale in &sales {
         let mut runs = Vec::new();
@@ -370,8 +375,14 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
             runs.push(bench::tail::run_policy(&settings, sale, policy).await?);
         }
         println!("{}", bench::tail::report::table(sale, &runs));
+        if args.timeline {
+            for run in &runs {
+                println!("{}", bench::tail::report::timeline(run));
+            }
+        }
         ok &= bench::tail::report::all_ok(&runs);
     }
+    println!("{}", watch.stop().summary(machine.cores));
     anyhow::ensure!(ok, "a run failed its checks (see FAILED above)");
     Ok(())
 }

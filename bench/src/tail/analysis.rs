@@ -251,6 +251,7 @@ mod tests {
             pool: 0,
             in_transit: 0,
             drift: 0,
+            mode: "ESCROW".into(),
             regions: vec![RegionView {
                 name: "eu".into(),
                 available,

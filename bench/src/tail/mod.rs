@@ -66,6 +66,8 @@ pub struct TailRun {
     pub stats: TailStats,
     /// Wall time of the sale, from the first arrival to the last answer.
     pub sale_wall: Duration,
+    /// The coordinator's view, sampled during the sale, oldest first.
+    pub samples: Vec<sampler::SkuView>,
 }
 
 /// Runs `sale` once under `policy` on a cluster of its own, which is
@@ -124,5 +126,6 @@ async fn drive(
         policy: policy.to_owned(),
         stats,
         sale_wall,
+        samples,
     })
 }

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::analysis::HELD_SHARES;
+use super::sampler::SkuView;
 use super::shape::Sale;
 use super::{TailRun, TailSettings};
 use crate::outcome::Outcome;
@@ -135,4 +136,72 @@ pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
 /// Whether every run passed its checks.
 pub fn all_ok(runs: &[TailRun]) -> bool {
     runs.iter().all(|r| r.stats.problems().is_empty())
+}
+
+/// Most rows a timeline shows; longer ones show every n-th change.
+pub const TIMELINE_ROWS_MAX: usize = 40;
+
+/// What the coordinator saw while the buyers bought: one row per sample
+/// that differs from the last row shown (mode, pool, in transit, each
+/// region's available and held as last reported).
+pub fn timeline(run: &TailRun) -> String {
+    let key = |v: &SkuView| {
+        let regions: Vec<(i64, i64)> = v.regions.iter().map(|r| (r.available, r.held)).collect();
+        (v.mode.clone(), v.pool, v.in_transit, regions)
+    };
+    let mut changes: Vec<&SkuView> = Vec::new();
+    for sample in &run.samples {
+        if changes.last().is_none_or(|last| key(last) != key(sample)) {
+            changes.push(sample);
+        }
+    }
+    let step = changes.len().div_ceil(TIMELINE_ROWS_MAX).max(1);
+    let mut out = String::new();
+    let Some(first) = changes.first() else {
+        return "(no samples)\n".into();
+    };
+    let names: Vec<String> = first
+        .regions
+        .iter()
+        .map(|r| format!("{} available / held", r.name))
+        .collect();
+    let _ = writeln!(
+        out,
+        "`{}`, the coordinator's view while buyers bought ({} samples, {} changes{}):\n",
+        run.policy,
+        run.samples.len(),
+        changes.len(),
+        if step > 1 {
+            format!(", every {step}th shown")
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| t | mode | pool | in transit | {} |",
+        names.join(" | ")
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|{}", "---:|".repeat(names.len()));
+    let last = changes.len() - 1;
+    for (i, v) in changes.iter().enumerate() {
+        if i % step != 0 && i != last {
+            continue;
+        }
+        let regions: Vec<String> = v
+            .regions
+            .iter()
+            .map(|r| format!("{} / {}", r.available, r.held))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {:.2} s | {} | {} | {} | {} |",
+            v.at_us as f64 / 1e6,
+            v.mode,
+            v.pool,
+            v.in_transit,
+            regions.join(" | ")
+        );
+    }
+    out
 }

@@ -95,6 +95,8 @@ pub struct SkuView {
     pub in_transit: i64,
     /// |drift| + |ledger drift| of the view (0 when consistent).
     pub drift: i64,
+    /// How the SKU sells (`ESCROW` or `CENTRAL`), as the coordinator says.
+    pub mode: String,
     /// The regions.
     pub regions: Vec<RegionView>,
     /// The oldest region report, if every region has reported.
@@ -147,6 +149,7 @@ impl SkuView {
             pool: int(body, "pool")?,
             in_transit: int(body, "in_transit")?,
             drift: int(body, "drift")?.abs() + body["ledger_drift"].as_i64().unwrap_or(0).abs(),
+            mode: body["mode"].as_str().unwrap_or("?").to_owned(),
             regions,
             reports_from_us,
         })

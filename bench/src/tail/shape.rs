@@ -378,7 +378,9 @@ pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::
     if scenario.regions.iter().any(|r| r.rtt_ms > 1.0) {
         notes.push("round trips are loopback's, not the scenario's rtt_ms".into());
     }
-    notes.push("holds are kept (never confirmed, released or abandoned) during the run".into());
+    if b.abandon > 0.0 || b.release > 0.0 {
+        notes.push("holds are kept: none is abandoned or released during the run".into());
+    }
     Ok(Sale {
         label: format!(
             "scenario {} ({path}): {} regions, {} units, {} buyers",
