@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -33,6 +33,18 @@ impl Bearer {
             HeaderValue::from_str(&format!("Bearer {token}")).context("token is not a header")?,
         ))
     }
+}
+
+/// A whole answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// `Retry-After` in seconds, where the server sent one (the HTTP-date
+    /// form is not read: no server under test sends it).
+    pub retry_after: Option<Duration>,
+    /// Its body.
+    pub body: Bytes,
 }
 
 /// An open HTTP/1 connection.
@@ -66,6 +78,18 @@ impl Conn {
         bearer: &Bearer,
         json: Option<Bytes>,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let answer = self.exchange(method, path, bearer, json).await?;
+        Ok((answer.status, answer.body))
+    }
+
+    /// Sends one request and reads the whole answer, with its `Retry-After`.
+    pub async fn exchange(
+        &mut self,
+        method: Method,
+        path: &str,
+        bearer: &Bearer,
+        json: Option<Bytes>,
+    ) -> anyhow::Result<Answer> {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
@@ -79,8 +103,18 @@ impl Conn {
             self.sender.ready().await?;
             let response = self.sender.send_request(request).await?;
             let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
             let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
+            anyhow::Ok(Answer {
+                status,
+                retry_after,
+                body,
+            })
         };
         match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
             Ok(result) => result,

@@ -22,7 +22,14 @@ pub const FOREIGN_SHARE_MAX: f64 = 0.05;
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// Process names that belong to the benchmark.
-const OURS: [&str; 5] = ["bench", "bench-server", "region-agent", "postgres", "perf"];
+const OURS: [&str; 6] = [
+    "bench",
+    "bench-server",
+    "region-agent",
+    "coordinator",
+    "postgres",
+    "perf",
+];
 
 fn is_ours(comm: &str) -> bool {
     OURS.contains(&comm)

@@ -20,6 +20,8 @@
 //! - [`process`]: servers started as child processes.
 //! - [`scenario`]: the runs and sweeps the `bench` command performs.
 //! - [`report`]: the tables and ratios printed at the end.
+//! - [`tail`]: `bench tail`, the tail of a sale on a coordinator and its
+//!   agents, per policy.
 
 pub mod ceiling;
 pub mod client;
@@ -32,6 +34,7 @@ pub mod outcome;
 pub mod process;
 pub mod report;
 pub mod scenario;
+pub mod tail;
 pub mod wire;
 
 /// The tenant every benchmark run sells for.

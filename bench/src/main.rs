@@ -3,6 +3,8 @@
 //! `cargo run --release -p bench -- all` builds the agent and the baseline
 //! server, starts each as its own process on loopback with its own scratch
 //! database, drives them, and prints Markdown tables.
+//! `cargo run --release -p bench -- tail` runs the tail of a sale on a
+//! coordinator and its agents, once per policy (see `bench::tail`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +12,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bench::load::{LoadSpec, Workload};
-use bench::process::Binaries;
+use bench::process::{Binaries, CLUSTER_PACKAGES, HOT_PATH_PACKAGES};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
+use bench::tail::cluster::ClusterFlags;
+use bench::tail::shape::{default_skew, parse_skew, scenario_sale, Sale, Shape, PRESETS};
+use bench::tail::TailSettings;
 use clap::{Parser, Subcommand};
 
 /// Benchmarks the region agent's hot path against a naive
@@ -76,6 +81,10 @@ enum Command {
     Sweep,
     /// The agent alone on one hot SKU (the phase to profile; prints its pid).
     Hot,
+    /// The tail of a sale on a coordinator and its agents (started here,
+    /// on scratch databases), once per policy: time to 50/90/99/100% of
+    /// the units held, 503s, buyers turned away while units were free.
+    Tail(Box<TailArgs>),
     /// Drives an already running server (e.g. `scripts/run`) on one existing
     /// SKU; nothing is built, started or created.
     Load {
@@ -91,6 +100,66 @@ enum Command {
     },
 }
 
+/// `bench tail`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+struct TailArgs {
+    /// A preset (skewed-701, spread-700, five-10k, skewed-20x) or `all`;
+    /// the flags below change a preset's values.
+    #[arg(long)]
+    shape: Option<String>,
+    /// Regions, 1..=5, named eu, us, ap, sa, af in that order (default 3).
+    #[arg(long)]
+    regions: Option<usize>,
+    /// Demand share per region, e.g. 85,10,5 (default by region count:
+    /// 85,10,5 for 3, 60,20,10,5,5 for 5).
+    #[arg(long)]
+    skew: Option<String>,
+    /// Units on sale (default 701).
+    #[arg(long)]
+    units: Option<u64>,
+    /// Buyers (default 2,600).
+    #[arg(long)]
+    buyers: Option<u64>,
+    /// The coordinator's --policy of each run, comma-separated (central,
+    /// tail-merge, static, refill, proportional).
+    #[arg(long, value_delimiter = ',', default_values_t = bench::tail::DEFAULT_POLICIES.map(String::from))]
+    policies: Vec<String>,
+    /// Most reserve requests in flight at once, over all buyers.
+    #[arg(long, default_value_t = 600)]
+    in_flight: usize,
+    /// Every buyer arrives within this window, evenly spaced, ms.
+    #[arg(long, default_value_t = 500)]
+    window_ms: u64,
+    /// A buyer stops retrying 503s this long after its first request, s.
+    #[arg(long, default_value_t = 60.0)]
+    retry_for_s: f64,
+    /// Seed of the buyers' order over regions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// --sync-interval-ms of the agents and the coordinator (default 200,
+    /// or the scenario's).
+    #[arg(long)]
+    sync_interval_ms: Option<u64>,
+    /// The agents' --wait-timeout-ms (default: the agent's own, or the scenario's).
+    #[arg(long)]
+    wait_timeout_ms: Option<u64>,
+    /// --db-pool-size of the coordinator and each agent (six processes
+    /// share one PostgreSQL).
+    #[arg(long, default_value_t = 8)]
+    db_pool_size: u32,
+    /// A simulator scenario (a TOML file or a built-in name): the same sale
+    /// as `simulate run`, instead of a shape.
+    #[arg(long, conflicts_with = "shape")]
+    scenario: Option<String>,
+    /// With --scenario: buyers arriving later than this are not sent, s.
+    #[arg(long, default_value_t = 120.0)]
+    cut_s: f64,
+    /// After each table, the coordinator's view over each run (mode, pool,
+    /// in transit, each region's available and held).
+    #[arg(long)]
+    timeline: bool,
+}
+
 fn seconds(s: f64) -> anyhow::Result<Duration> {
     anyhow::ensure!(s > 0.0 && s <= 600.0, "seconds must be in (0, 600]");
     Ok(Duration::from_secs_f64(s))
@@ -100,7 +169,10 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // Creating and dropping scratch databases takes seconds; sqlx's
+            // slow-statement warnings about it say nothing about the servers.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,sqlx::query=error".into()),
         )
         .init();
     let cli = Cli::parse();
@@ -138,8 +210,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         println!("{}", report::single(&label, &report));
         return Ok(());
     }
+    if let Command::Tail(args) = &cli.command {
+        return tail(&cli, args).await;
+    }
     if !cli.no_build && cli.bin_dir.is_none() {
-        Binaries::build().await?;
+        Binaries::build(&HOT_PATH_PACKAGES).await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
     binaries.check()?;
@@ -176,5 +251,138 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         println!("{}", report::sweep_clients(&clients));
     }
     println!("{}", watch.stop().summary(machine.cores));
+    Ok(())
+}
+
+/// The sales a `bench tail` invocation runs.
+fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
+    if let Some(path) = &args.scenario {
+        let scenario = simulations::Scenario::load(path)?;
+        anyhow::ensure!(args.cut_s > 0.0, "--cut-s must be positive");
+        return Ok(vec![scenario_sale(
+            path,
+            &scenario,
+            Duration::from_secs_f64(args.cut_s),
+        )?]);
+    }
+    let mut shapes = match args.shape.as_deref() {
+        Some("all") => PRESETS
+            .iter()
+            .filter(|p| p.in_all)
+            .map(|p| Shape::preset(p.name))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        Some(name) => vec![Shape::preset(name)?],
+        None => {
+            let mut shape = Shape::preset(PRESETS[0].name)?;
+            shape.name = "custom".into();
+            vec![shape]
+        }
+    };
+    anyhow::ensure!(
+        args.retry_for_s >= 0.0 && args.retry_for_s <= 3_600.0,
+        "--retry-for-s must be in 0..=3600"
+    );
+    let skew = args
+        .skew
+        .as_deref()
+        .map(parse_skew)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--skew: {e}"))?;
+    for shape in &mut shapes {
+        match (args.regions, &skew) {
+            (Some(n), Some(skew)) => {
+                anyhow::ensure!(skew.len() == n, "--skew needs one share per region");
+                shape.skew = skew.clone();
+            }
+            (None, Some(skew)) => shape.skew = skew.clone(),
+            (Some(n), None) => shape.skew = default_skew(n)?,
+            (None, None) => {}
+        }
+        if let Some(units) = args.units {
+            shape.units = units;
+        }
+        if let Some(buyers) = args.buyers {
+            shape.buyers = buyers;
+        }
+        shape.window = Duration::from_millis(args.window_ms);
+        shape.retrying_max = Duration::from_secs_f64(args.retry_for_s);
+        shape.seed = args.seed;
+    }
+    shapes.iter().map(Shape::sale).collect()
+}
+
+/// `git describe` of the workspace the binaries were built from.
+fn code_version() -> String {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(workspace)
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown commit".into(), |o| {
+            format!("commit {}", String::from_utf8_lossy(&o.stdout).trim())
+        })
+}
+
+async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
+    let sales = tail_sales(args)?;
+    let scenario = match &args.scenario {
+        Some(path) => Some(simulations::Scenario::load(path)?),
+        None => None,
+    };
+    anyhow::ensure!(!args.policies.is_empty(), "--policies names at least one");
+    if !cli.no_build && cli.bin_dir.is_none() {
+        Binaries::build(&CLUSTER_PACKAGES).await?;
+    }
+    let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
+    binaries.check_cluster()?;
+    let agent = scenario.as_ref().map(|s| s.agent.clone());
+    let settings = TailSettings {
+        database_url: cli.database_url.clone(),
+        binaries,
+        in_flight: args.in_flight,
+        cluster: ClusterFlags {
+            sync_interval_ms: args
+                .sync_interval_ms
+                .or(agent.as_ref().map(|a| a.sync_interval_ms))
+                .unwrap_or(200),
+            max_in_flight: agent
+                .as_ref()
+                .map_or(cli.agent_max_in_flight, |a| a.batch_size_max as u32),
+            max_waiting: agent
+                .as_ref()
+                .map_or(cli.agent_max_waiting, |a| a.max_waiting as u32),
+            wait_timeout_ms: args
+                .wait_timeout_ms
+                .or(agent.as_ref().map(|a| a.wait_timeout_ms)),
+            db_pool_size: args.db_pool_size,
+        },
+    };
+    let facts = bench::database::server_facts(&settings.database_url).await?;
+    let machine = Machine::detect(facts);
+    println!(
+        "{}",
+        bench::tail::report::header(&machine, &settings, &code_version())
+    );
+    let watch = bench::interference::Watch::start();
+    let mut ok = true;
+    for sale in &sales {
+        let mut runs = Vec::new();
+        for policy in &args.policies {
+            eprintln!("bench tail: {} / {policy} ...", sale.label);
+            runs.push(bench::tail::run_policy(&settings, sale, policy).await?);
+        }
+        println!("{}", bench::tail::report::table(sale, &runs));
+        if args.timeline {
+            for run in &runs {
+                println!("{}", bench::tail::report::timeline(run));
+            }
+        }
+        ok &= bench::tail::report::all_ok(&runs);
+    }
+    println!("{}", watch.stop().summary(machine.cores));
+    anyhow::ensure!(ok, "a run failed its checks (see FAILED above)");
     Ok(())
 }

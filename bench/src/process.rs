@@ -126,42 +126,54 @@ pub struct Binaries {
     pub agent: PathBuf,
     /// `bench-server`.
     pub server: PathBuf,
+    /// `coordinator` (only `bench tail` starts one).
+    pub coordinator: PathBuf,
 }
+
+/// The packages `bench` (all but `tail`) runs.
+pub const HOT_PATH_PACKAGES: [&str; 2] = ["region-agent", "bench"];
+/// The packages `bench tail` runs.
+pub const CLUSTER_PACKAGES: [&str; 2] = ["coordinator", "region-agent"];
 
 impl Binaries {
     /// The binaries next to the running `bench` executable (the same
-    /// target directory and profile), or in `dir` if given.
+    /// target directory and profile; a test's executable sits one level
+    /// lower, in `deps/`), or in `dir` if given.
     pub fn locate(dir: Option<&Path>) -> anyhow::Result<Self> {
         let dir = match dir {
             Some(dir) => dir.to_owned(),
-            None => std::env::current_exe()?
-                .parent()
-                .context("the executable has a directory")?
-                .to_owned(),
+            None => {
+                let exe = std::env::current_exe()?;
+                let dir = exe.parent().context("the executable has a directory")?;
+                if dir.ends_with("deps") {
+                    dir.parent().context("deps/ sits in a profile directory")?
+                } else {
+                    dir
+                }
+                .to_owned()
+            }
         };
         Ok(Self {
             agent: dir.join("region-agent"),
             server: dir.join("bench-server"),
+            coordinator: dir.join("coordinator"),
         })
     }
 
-    /// Builds both with cargo in the profile this binary was built with
-    /// (a no-op when they are up to date), so `cargo run -p bench` alone
-    /// never benchmarks a stale agent.
-    pub async fn build() -> anyhow::Result<()> {
+    /// Builds the binaries of `packages` with cargo in the profile this
+    /// binary was built with (a no-op when they are up to date), so
+    /// `cargo run -p bench` alone never benchmarks a stale server.
+    pub async fn build(packages: &[&str]) -> anyhow::Result<()> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .context("bench/ sits in the workspace")?;
         let mut command = Command::new(cargo);
-        command.current_dir(workspace).args([
-            "build",
-            "-p",
-            "region-agent",
-            "-p",
-            "bench",
-            "--bins",
-        ]);
+        command.current_dir(workspace).arg("build");
+        for package in packages {
+            command.args(["-p", package]);
+        }
+        command.arg("--bins");
         if !cfg!(debug_assertions) {
             command.arg("--release");
         }
@@ -174,13 +186,23 @@ impl Binaries {
         Ok(())
     }
 
-    /// Fails unless both binaries exist.
+    /// Fails unless the agent and the baseline server exist.
     pub fn check(&self) -> anyhow::Result<()> {
-        for path in [&self.agent, &self.server] {
+        Self::check_paths(&[&self.agent, &self.server], &HOT_PATH_PACKAGES)
+    }
+
+    /// Fails unless the coordinator and the agent exist.
+    pub fn check_cluster(&self) -> anyhow::Result<()> {
+        Self::check_paths(&[&self.coordinator, &self.agent], &CLUSTER_PACKAGES)
+    }
+
+    fn check_paths(paths: &[&Path], packages: &[&str]) -> anyhow::Result<()> {
+        for path in paths {
             anyhow::ensure!(
                 path.is_file(),
-                "{} not found; build with `cargo build --release -p region-agent -p bench`",
-                path.display()
+                "{} not found; build with `cargo build --release -p {}`",
+                path.display(),
+                packages.join(" -p ")
             );
         }
         Ok(())

@@ -207,6 +207,7 @@ impl Store {
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
         metrics::counter!("coordinator_takes_total", "exhausted" => taken.response.exhausted.to_string())
             .increment(1);
+        metrics::counter!("coordinator_take_granted_units_total").increment(taken.granted);
         Ok(taken.response)
     }
 }

@@ -1,0 +1,361 @@
+//! The servers of one `bench tail` run: a coordinator and one agent per
+//! region, each a child process on its own scratch database, talking over
+//! loopback exactly as `scripts/cluster` starts them.
+//!
+//! Only the contract's flags and HTTP API are used: the SKU is created
+//! with `PUT /v1/admin/skus/{tenant}/{sku}` on the coordinator, readiness
+//! and settling are read from `GET /v1/admin/skus/...`, the final check
+//! from `GET /v1/admin/audit`, counters from `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hyper::{Method, StatusCode};
+use serde_json::json;
+
+use super::sampler::{self, Origin, SkuView};
+use super::shape::{Sale, HOLD_TTL_MS};
+use super::{TailSettings, SETTLE_TIMEOUT, SKU};
+use crate::client::{self, Bearer};
+use crate::database::ScratchDb;
+use crate::metrics::{read_text, series_sum};
+use crate::process::{free_addr, ServerProcess};
+use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
+
+/// Longest the agents may take to learn of a new SKU and receive their
+/// first grants.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A sale starts only once every region reported this long after the SKU
+/// was created (its agent has the SKU and its first grants).
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Flags of the coordinator and the agents.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterFlags {
+    /// `--sync-interval-ms` of the agents and the coordinator.
+    pub sync_interval_ms: u64,
+    /// The agents' `--max-in-flight`.
+    pub max_in_flight: u32,
+    /// The agents' `--max-waiting`.
+    pub max_waiting: u32,
+    /// The agents' `--wait-timeout-ms`, where set (else the agent's default).
+    pub wait_timeout_ms: Option<u64>,
+    /// `--db-pool-size` of every process (six processes share one PostgreSQL).
+    pub db_pool_size: u32,
+}
+
+/// Counters read from `/metrics` at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    /// Sum of the agents' `escrow_reservations_total{outcome="HELD"}`.
+    pub agent_holds: f64,
+    /// The coordinator's `coordinator_takes_total`.
+    pub takes: f64,
+    /// The coordinator's `coordinator_take_granted_units_total`; `None`
+    /// where the coordinator does not export it.
+    pub take_granted_units: Option<f64>,
+    /// The coordinator's `coordinator_tail_merges_total`.
+    pub tail_merges: f64,
+}
+
+impl Counters {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            agent_holds: self.agent_holds - earlier.agent_holds,
+            takes: self.takes - earlier.takes,
+            take_granted_units: self
+                .take_granted_units
+                .map(|n| n - earlier.take_granted_units.unwrap_or(0.0)),
+            tail_merges: self.tail_merges - earlier.tail_merges,
+        }
+    }
+}
+
+/// The final state after the sale.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The SKU view once every region reported after the last answer.
+    pub view: SkuView,
+    /// `drift_total` of `GET /v1/admin/audit`.
+    pub drift_total: i64,
+}
+
+/// Makes every run's database names unique within this process (tests run
+/// clusters side by side).
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// A coordinator and its agents.
+#[derive(Debug)]
+pub struct Cluster {
+    coordinator_addr: SocketAddr,
+    coordinator: Option<ServerProcess>,
+    agents: Vec<ServerProcess>,
+    dbs: Vec<ScratchDb>,
+}
+
+fn args(pairs: &[(&str, String)]) -> Vec<String> {
+    pairs
+        .iter()
+        .flat_map(|(flag, value)| [(*flag).to_owned(), value.clone()])
+        .collect()
+}
+
+impl Cluster {
+    /// Creates the databases and starts the coordinator under `policy`,
+    /// then one agent per region, each ready (`/readyz`).
+    pub async fn start(
+        settings: &TailSettings,
+        policy: &str,
+        regions: &[String],
+    ) -> anyhow::Result<Self> {
+        let run = RUNS.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("bench_tail_{}_{run}", std::process::id());
+        let mut cluster = Self {
+            coordinator_addr: free_addr()?,
+            coordinator: None,
+            agents: Vec::new(),
+            dbs: Vec::new(),
+        };
+        match cluster.spawn(settings, policy, regions, &tag).await {
+            Ok(()) => Ok(cluster),
+            Err(error) => {
+                if let Err(stop) = cluster.stop().await {
+                    tracing::warn!(%stop, "cleaning up a cluster that did not start");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn spawn(
+        &mut self,
+        settings: &TailSettings,
+        policy: &str,
+        regions: &[String],
+        tag: &str,
+    ) -> anyhow::Result<()> {
+        let flags = settings.cluster;
+        let db = ScratchDb::create(&settings.database_url, &format!("{tag}_coordinator")).await?;
+        let addr = self.coordinator_addr;
+        let tokens: Vec<String> = regions.iter().map(|r| format!("{r}=token-{r}")).collect();
+        let mut coordinator_args = args(&[
+            ("--listen", addr.to_string()),
+            ("--database-url", db.url.clone()),
+            ("--admin-token", ADMIN_TOKEN.to_owned()),
+            ("--policy", policy.to_owned()),
+            ("--sync-interval-ms", flags.sync_interval_ms.to_string()),
+            ("--db-pool-size", flags.db_pool_size.to_string()),
+        ]);
+        for token in &tokens {
+            coordinator_args.extend(["--region-token".to_owned(), token.clone()]);
+        }
+        self.dbs.push(db);
+        self.coordinator = Some(
+            ServerProcess::start(
+                &format!("coordinator ({policy})"),
+                &settings.binaries.coordinator,
+                &coordinator_args,
+                addr,
+            )
+            .await?,
+        );
+        for region in regions {
+            let db = ScratchDb::create(&settings.database_url, &format!("{tag}_{region}")).await?;
+            let agent_addr = free_addr()?;
+            let mut agent_args = args(&[
+                ("--region", region.clone()),
+                ("--listen", agent_addr.to_string()),
+                ("--database-url", db.url.clone()),
+                ("--coordinator-url", format!("http://{addr}")),
+                ("--region-token", format!("token-{region}")),
+                ("--admin-token", ADMIN_TOKEN.to_owned()),
+                ("--tenant-key", format!("{TENANT}={TENANT_KEY}")),
+                ("--sync-interval-ms", flags.sync_interval_ms.to_string()),
+                ("--max-in-flight", flags.max_in_flight.to_string()),
+                ("--max-waiting", flags.max_waiting.to_string()),
+                ("--db-pool-size", flags.db_pool_size.to_string()),
+            ]);
+            if let Some(ms) = flags.wait_timeout_ms {
+                agent_args.extend(["--wait-timeout-ms".to_owned(), ms.to_string()]);
+            }
+            self.dbs.push(db);
+            let agent = ServerProcess::start(
+                &format!("region-agent {region} ({policy})"),
+                &settings.binaries.agent,
+                &agent_args,
+                agent_addr,
+            )
+            .await?;
+            self.agents.push(agent);
+        }
+        Ok(())
+    }
+
+    /// The coordinator's address.
+    pub fn coordinator_addr(&self) -> SocketAddr {
+        self.coordinator_addr
+    }
+
+    /// The agents' addresses, in region order.
+    pub fn agent_addrs(&self) -> Vec<SocketAddr> {
+        self.agents.iter().map(|a| a.addr).collect()
+    }
+
+    /// Creates the SKU on the coordinator with the sale's regions and weights.
+    pub async fn put_sku(&self, sale: &Sale) -> anyhow::Result<()> {
+        let admin = Bearer::new(ADMIN_TOKEN)?;
+        let path = format!("/v1/admin/skus/{TENANT}/{SKU}");
+        let weights: serde_json::Map<String, serde_json::Value> = sale
+            .regions
+            .iter()
+            .map(|r| (r.name.clone(), json!(r.weight)))
+            .collect();
+        let body = json!({
+            "total": sale.units,
+            "regions": weights,
+            "max_per_user": sale.max_per_user,
+            "hold_ttl_ms": HOLD_TTL_MS,
+        });
+        let (status, answer) = client::once(
+            self.coordinator_addr,
+            Method::PUT,
+            &path,
+            &admin,
+            Some(body),
+        )
+        .await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "PUT {path} answered {status}: {answer}"
+        );
+        Ok(())
+    }
+
+    /// Waits until every region reported the SKU after it was created,
+    /// nothing is in transit, and every agent's buyer API knows it.
+    pub async fn wait_sku_ready(&self, sale: &Sale) -> anyhow::Result<()> {
+        let origin = Origin::now();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let view = sampler::sku_view(self.coordinator_addr, origin).await;
+            if let Ok(view) = &view {
+                if view.regions.len() == sale.regions.len()
+                    && view.reports_from_us.is_some_and(|t| t >= 0)
+                    && view.in_transit == 0
+                    && self.agents_know_sku().await
+                {
+                    return Ok(());
+                }
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the agents were not ready to sell within {READY_TIMEOUT:?}: {view:?}"
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    async fn agents_know_sku(&self) -> bool {
+        let Ok(bearer) = Bearer::new(TENANT_KEY) else {
+            return false;
+        };
+        for agent in &self.agents {
+            let path = format!("/v1/skus/{SKU}");
+            match client::once(agent.addr, Method::GET, &path, &bearer, None).await {
+                Ok((StatusCode::OK, _)) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Waits until every region reported after `last_answer_us` (plus the
+    /// report lag margin), nothing is in transit and the view shows no
+    /// drift; then reads the audit.
+    pub async fn settle(&self, origin: Origin, last_answer_us: i64) -> anyhow::Result<Settled> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let after = last_answer_us + sampler::REPORT_LAG_MARGIN_US;
+        let view = loop {
+            let view = sampler::sku_view(self.coordinator_addr, origin).await;
+            if let Ok(view) = &view {
+                if view.reports_from_us.is_some_and(|t| t >= after)
+                    && view.in_transit == 0
+                    && view.drift == 0
+                {
+                    break view.clone();
+                }
+            }
+            if Instant::now() >= deadline {
+                // Report what there is: the table shows the drift.
+                tracing::warn!(?view, "regions did not settle within {SETTLE_TIMEOUT:?}");
+                break view.context("reading the SKU view after the sale")?;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        };
+        let admin = Bearer::new(ADMIN_TOKEN)?;
+        let (status, body) = client::once(
+            self.coordinator_addr,
+            Method::GET,
+            "/v1/admin/audit",
+            &admin,
+            None,
+        )
+        .await?;
+        anyhow::ensure!(status == StatusCode::OK, "audit answered {status}: {body}");
+        let drift_total = body["drift_total"]
+            .as_i64()
+            .context("audit body has drift_total")?;
+        Ok(Settled { view, drift_total })
+    }
+
+    /// The counters of every process now.
+    pub async fn counters(&self) -> anyhow::Result<Counters> {
+        let text = read_text(self.coordinator_addr).await?;
+        let mut counters = Counters {
+            takes: series_sum(&text, "coordinator_takes_total", None).unwrap_or(0.0),
+            // Registered with the first take: absent before it, present
+            // (from 0) once the coordinator exports it.
+            take_granted_units: series_sum(&text, "coordinator_take_granted_units_total", None),
+            tail_merges: series_sum(&text, "coordinator_tail_merges_total", None).unwrap_or(0.0),
+            agent_holds: 0.0,
+        };
+        if counters.take_granted_units.is_none() && counters.takes == 0.0 {
+            counters.take_granted_units = Some(0.0);
+        }
+        for agent in &self.agents {
+            let text = read_text(agent.addr).await?;
+            counters.agent_holds += series_sum(
+                &text,
+                "escrow_reservations_total",
+                Some(("outcome", "HELD")),
+            )
+            .unwrap_or(0.0);
+        }
+        Ok(counters)
+    }
+
+    /// Stops every process (SIGTERM, drain) and drops every database.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let mut first_error = None;
+        for agent in self.agents {
+            if let Err(e) = agent.stop().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(coordinator) = self.coordinator {
+            if let Err(e) = coordinator.stop().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        for db in self.dbs {
+            if let Err(e) = db.drop().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,131 @@
+//! `bench tail`: the tail of a flash sale, measured on the real binaries.
+//!
+//! For each policy it starts a `coordinator` and one `region-agent` per
+//! region as child processes, each on its own scratch database, creates one
+//! SKU through the coordinator's admin API, and lets a crowd of buyers loose
+//! on the agents. Buyers behave like browsers: one request key each, a 503
+//! is retried with the same key after `Retry-After`, HELD or SOLD_OUT ends
+//! it. While they buy, the coordinator's SKU view is sampled every
+//! [`sampler::SAMPLE_INTERVAL`] so the analysis can tell whether units were
+//! free when a buyer was turned away. Only the contract's HTTP API and the
+//! binaries' flags are used, so the tool keeps measuring while the
+//! internals change.
+//!
+//! - [`shape`]: the sales: presets, flags, a simulator scenario.
+//! - [`cluster`]: the coordinator and agents of one run.
+//! - [`buyers`]: the crowd, its connections and its retries.
+//! - [`sampler`]: the coordinator's view of the SKU over time.
+//! - [`analysis`]: from logs and samples to the table's numbers.
+//! - [`report`]: the Markdown table.
+
+pub mod analysis;
+pub mod buyers;
+pub mod cluster;
+pub mod report;
+pub mod sampler;
+pub mod shape;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::process::Binaries;
+use analysis::{TailStats, Totals};
+use cluster::{Cluster, ClusterFlags};
+use shape::Sale;
+
+/// The SKU every run sells.
+pub const SKU: &str = "tail";
+
+/// Policies run when `--policies` is not given.
+pub const DEFAULT_POLICIES: [&str; 3] = ["central", "tail-merge", "static"];
+
+/// Longest the regions may take to settle after the last buyer is done
+/// (every region reported after it, nothing in transit, no drift).
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What every run of a `bench tail` invocation shares.
+#[derive(Debug, Clone)]
+pub struct TailSettings {
+    /// A superuser URL of the PostgreSQL to use.
+    pub database_url: String,
+    /// Where the binaries are.
+    pub binaries: Binaries,
+    /// Most requests in flight at once, over all buyers.
+    pub in_flight: usize,
+    /// Flags of the coordinator and the agents.
+    pub cluster: ClusterFlags,
+}
+
+/// One policy's run of one sale.
+#[derive(Debug, Clone)]
+pub struct TailRun {
+    /// The coordinator's `--policy`.
+    pub policy: String,
+    /// What the buyers saw, and the checks.
+    pub stats: TailStats,
+    /// Wall time of the sale, from the first arrival to the last answer.
+    pub sale_wall: Duration,
+    /// The coordinator's view, sampled during the sale, oldest first.
+    pub samples: Vec<sampler::SkuView>,
+}
+
+/// Runs `sale` once under `policy` on a cluster of its own, which is
+/// stopped and whose databases are dropped whatever happens.
+pub async fn run_policy(
+    settings: &TailSettings,
+    sale: &Sale,
+    policy: &str,
+) -> anyhow::Result<TailRun> {
+    let regions: Vec<String> = sale.regions.iter().map(|r| r.name.clone()).collect();
+    let cluster = Cluster::start(settings, policy, &regions).await?;
+    let result = drive(settings, &cluster, sale, policy).await;
+    let stopped = cluster.stop().await;
+    let run = result?;
+    stopped?;
+    Ok(run)
+}
+
+async fn drive(
+    settings: &TailSettings,
+    cluster: &Cluster,
+    sale: &Sale,
+    policy: &str,
+) -> anyhow::Result<TailRun> {
+    cluster.put_sku(sale).await?;
+    cluster.wait_sku_ready(sale).await?;
+    let before = cluster.counters().await?;
+    let origin = sampler::Origin::now();
+    let sampling = sampler::start(cluster.coordinator_addr(), origin);
+    let started = Instant::now();
+    let logs = buyers::run(
+        buyers::Crowd {
+            agents: cluster.agent_addrs(),
+            in_flight: settings.in_flight,
+            run_id: format!("t{}", std::process::id()),
+        },
+        sale,
+        origin,
+    )
+    .await
+    .context("running the buyers")?;
+    let sale_wall = started.elapsed();
+    let last_answer_us = logs.iter().map(|l| l.ended_us).max().unwrap_or(0);
+    let samples = sampling.stop().await;
+    let settled = cluster.settle(origin, last_answer_us).await?;
+    let after = cluster.counters().await?;
+    let totals = Totals {
+        units: sale.units,
+        regions: sale.regions.iter().map(|r| r.name.clone()).collect(),
+        final_view: settled.view,
+        drift_total: settled.drift_total,
+        counters: after.since(&before),
+    };
+    let stats = analysis::analyse(&logs, &samples, &totals);
+    Ok(TailRun {
+        policy: policy.to_owned(),
+        stats,
+        sale_wall,
+        samples,
+    })
+}

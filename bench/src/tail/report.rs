@@ -1,0 +1,207 @@
+//! The `bench tail` table: one Markdown row per policy, the checks under
+//! it, and for a scenario the simulator's command for the same sale.
+
+use std::fmt::Write as _;
+
+use super::analysis::HELD_SHARES;
+use super::sampler::SkuView;
+use super::shape::Sale;
+use super::{TailRun, TailSettings};
+use crate::outcome::Outcome;
+use crate::report::{thousands, Machine};
+
+/// The lines above every table: machine, code, flags.
+pub fn header(machine: &Machine, settings: &TailSettings, commit: &str) -> String {
+    let mut out = String::new();
+    let pg = &machine.postgres;
+    let _ = writeln!(
+        out,
+        "Machine: {} cores ({}), {} (synchronous_commit={}, fsync={}); servers, PostgreSQL and buyers on the same machine.",
+        machine.cores, machine.cpu, pg.version, pg.synchronous_commit, pg.fsync
+    );
+    let c = &settings.cluster;
+    let wait = c
+        .wait_timeout_ms
+        .map_or("default".to_owned(), |ms| ms.to_string());
+    let _ = writeln!(
+        out,
+        "Code: {commit}. Coordinator and agents --sync-interval-ms {}; agents --max-in-flight {} --max-waiting {} --wait-timeout-ms {wait}; --db-pool-size {}; buyers: at most {} requests in flight.",
+        c.sync_interval_ms, c.max_in_flight, c.max_waiting, c.db_pool_size, settings.in_flight
+    );
+    out
+}
+
+fn seconds(us: Option<i64>) -> String {
+    us.map_or("never".into(), |us| format!("{:.2} s", us as f64 / 1e6))
+}
+
+fn percent(share: f64) -> String {
+    let label = 100.0 * share;
+    if label.fract() == 0.0 {
+        format!("{label:.0}%")
+    } else {
+        format!("{label:.1}%")
+    }
+}
+
+/// The table of one sale: a row per policy, then the checks.
+pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "### {}\n", sale.label);
+    let held: Vec<String> = HELD_SHARES
+        .iter()
+        .map(|s| format!("{} held", percent(*s)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "| policy | {} | held | requests | PAUSED | REJECTED | SOLD_OUT | gave up | turned away while free | inversions | held per region | local holds | oversold | drift |",
+        held.join(" | ")
+    );
+    let _ = writeln!(
+        out,
+        "|---|{}---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "---:|".repeat(HELD_SHARES.len())
+    );
+    for run in runs {
+        let s = &run.stats;
+        let times: Vec<String> = s.held_after_us.iter().map(|t| seconds(*t)).collect();
+        let regions: Vec<String> = s
+            .held_per_region
+            .iter()
+            .map(|(name, n)| format!("{name} {}", thousands(*n as f64)))
+            .collect();
+        let local = s
+            .local_holds
+            .map_or("n/a".into(), |l| format!("{:.1}%", 100.0 * l));
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {local} | {} | {} |",
+            run.policy,
+            times.join(" | "),
+            thousands(s.held_units as f64),
+            thousands(s.requests() as f64),
+            thousands(s.answers[Outcome::Paused] as f64),
+            thousands(s.rejected() as f64),
+            thousands(s.answers[Outcome::SoldOut] as f64),
+            thousands(s.gave_up as f64),
+            thousands(s.turned_away_free as f64),
+            thousands(s.inversions as f64),
+            regions.join(", "),
+            s.oversold,
+            s.drift_total,
+        );
+    }
+    out.push('\n');
+    for run in runs {
+        let s = &run.stats;
+        let problems = s.problems();
+        let verdict = if problems.is_empty() {
+            format!(
+                "ok: oversold 0, audit drift 0, {} units held once + {} free = {}",
+                s.held_units, s.final_free, s.units
+            )
+        } else {
+            format!("FAILED: {}", problems.join("; "))
+        };
+        let c = &s.counters;
+        let granted = c.take_granted_units.map_or("n/a".into(), thousands);
+        let _ = writeln!(
+            out,
+            "- `{}`: {verdict}. {} buyers: {} SOLD_OUT, {} gave up; {} errors; agents counted {} HELD; {} takes carrying {granted} units; {} tail merges; sale {:.1} s wall.",
+            run.policy,
+            thousands(s.buyers as f64),
+            thousands(s.sold_out_buyers as f64),
+            thousands(s.gave_up as f64),
+            s.errors(),
+            thousands(c.agent_holds),
+            thousands(c.takes),
+            c.tail_merges,
+            run.sale_wall.as_secs_f64(),
+        );
+    }
+    for note in &sale.notes {
+        let _ = writeln!(out, "- Not reproduced: {note}.");
+    }
+    if let Some(path) = &sale.scenario {
+        let policies: Vec<&str> = runs.iter().map(|r| r.policy.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\nThe same sale in the simulator: `cargo run --release -p simulations --bin simulate -- run {path} --policy POLICY` for POLICY in {} (or `-- compare {path}` for every policy).",
+            policies.join(", ")
+        );
+    }
+    out
+}
+
+/// Whether every run passed its checks.
+pub fn all_ok(runs: &[TailRun]) -> bool {
+    runs.iter().all(|r| r.stats.problems().is_empty())
+}
+
+/// Most rows a timeline shows; longer ones show every n-th change.
+pub const TIMELINE_ROWS_MAX: usize = 40;
+
+/// What the coordinator saw while the buyers bought: one row per sample
+/// that differs from the last row shown (mode, pool, in transit, each
+/// region's available and held as last reported).
+pub fn timeline(run: &TailRun) -> String {
+    let key = |v: &SkuView| {
+        let regions: Vec<(i64, i64)> = v.regions.iter().map(|r| (r.available, r.held)).collect();
+        (v.mode.clone(), v.pool, v.in_transit, regions)
+    };
+    let mut changes: Vec<&SkuView> = Vec::new();
+    for sample in &run.samples {
+        if changes.last().is_none_or(|last| key(last) != key(sample)) {
+            changes.push(sample);
+        }
+    }
+    let step = changes.len().div_ceil(TIMELINE_ROWS_MAX).max(1);
+    let mut out = String::new();
+    let Some(first) = changes.first() else {
+        return "(no samples)\n".into();
+    };
+    let names: Vec<String> = first
+        .regions
+        .iter()
+        .map(|r| format!("{} available / held", r.name))
+        .collect();
+    let _ = writeln!(
+        out,
+        "`{}`, the coordinator's view while buyers bought ({} samples, {} changes{}):\n",
+        run.policy,
+        run.samples.len(),
+        changes.len(),
+        if step > 1 {
+            format!(", every {step}th shown")
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| t | mode | pool | in transit | {} |",
+        names.join(" | ")
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|{}", "---:|".repeat(names.len()));
+    let last = changes.len() - 1;
+    for (i, v) in changes.iter().enumerate() {
+        if i % step != 0 && i != last {
+            continue;
+        }
+        let regions: Vec<String> = v
+            .regions
+            .iter()
+            .map(|r| format!("{} / {}", r.available, r.held))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {:.2} s | {} | {} | {} | {} |",
+            v.at_us as f64 / 1e6,
+            v.mode,
+            v.pool,
+            v.in_transit,
+            regions.join(" | ")
+        );
+    }
+    out
+}

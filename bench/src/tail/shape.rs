@@ -1,0 +1,466 @@
+//! The sales `bench tail` runs: named presets, a shape given by flags, or a
+//! simulator scenario.
+//!
+//! A [`Sale`] is fully decided before any server starts: every buyer's
+//! arrival time, region, quantity and patience, drawn from a fixed seed, so
+//! each policy meets the same crowd. A scenario's crowd is the simulator's
+//! own ([`simulations::demand::Demand`] with the scenario's seed), so the
+//! two tools can be run on the same sale and their numbers put side by side.
+
+use std::time::Duration;
+
+use simulations::demand::{choices, Demand, HUMAN};
+use simulations::Scenario;
+
+/// Region names, in the order regions are added.
+pub const REGION_NAMES: [&str; 5] = ["eu", "us", "ap", "sa", "af"];
+
+/// Default wait before a retry when an answer carries no `Retry-After`.
+pub const RETRY_AFTER_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Default bound on a browser buyer's retrying, from its first attempt.
+pub const RETRYING_MAX_DEFAULT: Duration = Duration::from_secs(60);
+
+/// Default window the crowd arrives in.
+pub const ARRIVAL_WINDOW_DEFAULT: Duration = Duration::from_millis(500);
+
+/// Hold TTL of the SKU: the contract's longest, so no hold expires and no
+/// unit comes back during a run (the analysis relies on it).
+pub const HOLD_TTL_MS: u64 = 3_600_000;
+
+/// Most buyers one sale may have (memory of the logs, spawn rate).
+pub const BUYERS_MAX: u64 = 2_000_000;
+
+/// One region of a sale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionSpec {
+    /// Its name (`--region` of its agent).
+    pub name: String,
+    /// Its stock weight in the SKU's `regions`.
+    pub weight: u32,
+    /// Its share of the buyers.
+    pub share: f64,
+}
+
+/// When a buyer stops retrying.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Patience {
+    /// Wait before a retry when the answer says nothing (or always, if `fixed_wait`).
+    pub wait: Duration,
+    /// Always wait `wait`, ignoring `Retry-After` (the simulator's buyers do).
+    pub fixed_wait: bool,
+    /// Retry a SOLD_OUT too (the simulator's bots).
+    pub retry_sold_out: bool,
+    /// At most this many retries, if bounded by count.
+    pub retries_max: Option<u32>,
+    /// No retry starts later than this after the first attempt.
+    pub retrying_max: Duration,
+}
+
+impl Patience {
+    /// A browser: honours `Retry-After` (1 s without one), retries a 503
+    /// with the same key for up to `retrying_max`, stops at SOLD_OUT.
+    pub fn browser(retrying_max: Duration) -> Self {
+        Self {
+            wait: RETRY_AFTER_DEFAULT,
+            fixed_wait: false,
+            retry_sold_out: false,
+            retries_max: None,
+            retrying_max,
+        }
+    }
+}
+
+/// One buyer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    /// When the buyer arrives, after the sale's start.
+    pub at: Duration,
+    /// Index of the region it buys in.
+    pub region: u8,
+    /// Units asked for.
+    pub qty: u32,
+    /// Index of its [`Patience`] in [`Sale::patience`].
+    pub patience: u8,
+}
+
+/// One sale, decided in full before it runs.
+#[derive(Debug, Clone)]
+pub struct Sale {
+    /// What the table is titled.
+    pub label: String,
+    /// The regions.
+    pub regions: Vec<RegionSpec>,
+    /// Units on sale.
+    pub units: u64,
+    /// The SKU's `max_per_user`.
+    pub max_per_user: u32,
+    /// Every buyer, in arrival order.
+    pub arrivals: Vec<Arrival>,
+    /// Kinds of buyers: people first, then one per bot burst.
+    pub patience: Vec<Patience>,
+    /// Things the run does not reproduce (of a scenario), to print.
+    pub notes: Vec<String>,
+    /// The scenario it came from, to print the simulator's command.
+    pub scenario: Option<String>,
+}
+
+impl Sale {
+    /// Buyers in all.
+    pub fn buyers(&self) -> usize {
+        self.arrivals.len()
+    }
+}
+
+/// A shape given by flags or a preset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// Preset name, or `custom`.
+    pub name: String,
+    /// Demand share per region, in [`REGION_NAMES`] order.
+    pub skew: Vec<f64>,
+    /// Units on sale.
+    pub units: u64,
+    /// Buyers in all.
+    pub buyers: u64,
+    /// Every buyer arrives within this window.
+    pub window: Duration,
+    /// Bound on each buyer's retrying.
+    pub retrying_max: Duration,
+    /// Seed of the crowd's order.
+    pub seed: u64,
+}
+
+/// A preset: name, what it is, skew, units, buyers.
+pub struct Preset {
+    /// `--shape NAME`.
+    pub name: &'static str,
+    /// One line.
+    pub about: &'static str,
+    /// Demand share per region.
+    pub skew: &'static [f64],
+    /// Units on sale.
+    pub units: u64,
+    /// Buyers in all.
+    pub buyers: u64,
+    /// Part of `--shape all`.
+    pub in_all: bool,
+}
+
+/// The presets, in the order `--shape all` runs them.
+pub const PRESETS: [Preset; 4] = [
+    Preset {
+        name: "skewed-701",
+        about: "issue 9's sale: 3 regions 85/10/5, 701 units, 2,600 buyers",
+        skew: &[85.0, 10.0, 5.0],
+        units: 701,
+        buyers: 2_600,
+        in_all: true,
+    },
+    Preset {
+        name: "spread-700",
+        about: "3 regions 50/30/20, 700 units, 1,400 buyers (2x)",
+        skew: &[50.0, 30.0, 20.0],
+        units: 700,
+        buyers: 1_400,
+        in_all: true,
+    },
+    Preset {
+        name: "five-10k",
+        about: "5 regions 60/20/10/5/5, 10,000 units, 20,000 buyers (2x)",
+        skew: &[60.0, 20.0, 10.0, 5.0, 5.0],
+        units: 10_000,
+        buyers: 20_000,
+        in_all: true,
+    },
+    Preset {
+        name: "skewed-20x",
+        about: "3 regions 85/10/5, 10,000 units, 200,000 buyers (20x)",
+        skew: &[85.0, 10.0, 5.0],
+        units: 10_000,
+        buyers: 200_000,
+        in_all: true,
+    },
+];
+
+/// The default skew of `n` regions.
+pub fn default_skew(n: usize) -> anyhow::Result<Vec<f64>> {
+    Ok(match n {
+        1 => vec![100.0],
+        2 => vec![85.0, 15.0],
+        3 => vec![85.0, 10.0, 5.0],
+        4 => vec![70.0, 15.0, 10.0, 5.0],
+        5 => vec![60.0, 20.0, 10.0, 5.0, 5.0],
+        _ => anyhow::bail!("--regions must be 1..=5 (eu, us, ap, sa, af)"),
+    })
+}
+
+/// `85,10,5` as shares.
+pub fn parse_skew(text: &str) -> Result<Vec<f64>, String> {
+    let skew: Vec<f64> = text
+        .split(',')
+        .map(|s| s.trim().parse::<f64>().map_err(|e| format!("{s:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    if skew.is_empty() || skew.len() > REGION_NAMES.len() {
+        return Err(format!("1..={} shares", REGION_NAMES.len()));
+    }
+    if skew.iter().any(|s| !(s.is_finite() && *s >= 0.0)) || skew.iter().sum::<f64>() <= 0.0 {
+        return Err("shares are non-negative and not all zero".into());
+    }
+    Ok(skew)
+}
+
+impl Shape {
+    /// The preset named `name`.
+    pub fn preset(name: &str) -> anyhow::Result<Self> {
+        let p = PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
+            let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+            anyhow::anyhow!("no shape {name:?}; shapes: {}, all", names.join(", "))
+        })?;
+        Ok(Self {
+            name: p.name.to_owned(),
+            skew: p.skew.to_vec(),
+            units: p.units,
+            buyers: p.buyers,
+            window: ARRIVAL_WINDOW_DEFAULT,
+            retrying_max: RETRYING_MAX_DEFAULT,
+            seed: 1,
+        })
+    }
+
+    /// The crowd: buyers split over regions by skew (largest remainder,
+    /// exact counts), their order shuffled by `seed`, arrivals evenly
+    /// spaced over the window, one unit each, browser patience.
+    pub fn sale(&self) -> anyhow::Result<Sale> {
+        anyhow::ensure!(
+            !self.skew.is_empty() && self.skew.len() <= REGION_NAMES.len(),
+            "1..=5 regions"
+        );
+        anyhow::ensure!(self.units >= 1, "--units must be at least 1");
+        anyhow::ensure!(
+            (1..=BUYERS_MAX).contains(&self.buyers),
+            "--buyers must be 1..={BUYERS_MAX}"
+        );
+        let counts = simulations::demand::split_by_share(self.buyers, &self.skew);
+        let mut order: Vec<u8> = Vec::with_capacity(self.buyers as usize);
+        for (region, &n) in counts.iter().enumerate() {
+            // At most 5 regions (checked above).
+            order.extend(std::iter::repeat_n(region as u8, n as usize));
+        }
+        let mut rng = SplitMix(self.seed);
+        for i in (1..order.len()).rev() {
+            let j = (rng.next() % (i as u64 + 1)) as usize;
+            order.swap(i, j);
+        }
+        let step = self.window.as_secs_f64() / self.buyers as f64;
+        let arrivals = order
+            .into_iter()
+            .enumerate()
+            .map(|(i, region)| Arrival {
+                at: Duration::from_secs_f64(step * i as f64),
+                region,
+                qty: 1,
+                patience: 0,
+            })
+            .collect();
+        let sum: f64 = self.skew.iter().sum();
+        let skew: Vec<String> = self
+            .skew
+            .iter()
+            .map(|s| format!("{}", (100.0 * s / sum).round()))
+            .collect();
+        Ok(Sale {
+            label: format!(
+                "{}: {} regions {}, {} units, {} buyers in {} ms",
+                self.name,
+                self.skew.len(),
+                skew.join("/"),
+                crate::report::thousands(self.units as f64),
+                crate::report::thousands(self.buyers as f64),
+                self.window.as_millis()
+            ),
+            regions: REGION_NAMES
+                .iter()
+                .zip(&self.skew)
+                .map(|(name, &share)| RegionSpec {
+                    name: (*name).to_owned(),
+                    weight: 1,
+                    share,
+                })
+                .collect(),
+            units: self.units,
+            max_per_user: 1,
+            arrivals,
+            patience: vec![Patience::browser(self.retrying_max)],
+            notes: Vec::new(),
+            scenario: None,
+        })
+    }
+}
+
+/// The sale of a simulator scenario: its regions (weights and demand
+/// shares), total, and the simulator's own crowd under the scenario's seed
+/// (arrival times, regions, quantities, bot bursts), each buyer retrying
+/// as the simulator's do (`buyers.retries` after `buyers.retry_after_ms`;
+/// bots every `retry_ms`, SOLD_OUT included). Arrivals after `cut` are
+/// left out (the run is in real time).
+pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::Result<Sale> {
+    let seed = scenario.seed;
+    let mut demand = Demand::new(scenario, seed, 0);
+    anyhow::ensure!(
+        demand.total <= BUYERS_MAX,
+        "the scenario has {} buyers; bench tail runs at most {BUYERS_MAX}",
+        demand.total
+    );
+    let mut merged: Vec<(u64, u8, u8)> = Vec::with_capacity(demand.total as usize);
+    for r in 0..scenario.regions.len() {
+        // The scenario validated at most 32 regions.
+        let region = r as u8;
+        while let Some(a) = demand.next(r) {
+            merged.push((a.at_us, region, a.burst));
+        }
+    }
+    merged.sort_by_key(|&(at, region, _)| (at, region));
+    let cut_us = cut.as_micros() as u64;
+    let total = merged.len();
+    let mut arrivals = Vec::with_capacity(total);
+    let mut people = 0u32;
+    for &(at_us, region, burst) in merged.iter().filter(|(at, _, _)| *at <= cut_us) {
+        let qty = if burst == HUMAN {
+            let c = choices(
+                seed,
+                people,
+                &scenario.buyers,
+                scenario.sku.max_per_user,
+                scenario.demand.multi_unit_share,
+            );
+            people += 1;
+            u32::from(c.qty)
+        } else {
+            1
+        };
+        arrivals.push(Arrival {
+            at: Duration::from_micros(at_us),
+            region,
+            qty,
+            patience: if burst == HUMAN { 0 } else { burst + 1 },
+        });
+    }
+    let b = &scenario.buyers;
+    let mut patience = vec![Patience {
+        wait: Duration::from_millis(b.retry_after_ms.max(1)),
+        fixed_wait: true,
+        retry_sold_out: false,
+        retries_max: Some(b.retries),
+        retrying_max: Duration::MAX,
+    }];
+    for bot in &scenario.demand.bots {
+        patience.push(Patience {
+            wait: Duration::from_millis(bot.retry_ms.max(1)),
+            fixed_wait: true,
+            retry_sold_out: true,
+            retries_max: Some(bot.retries),
+            retrying_max: Duration::MAX,
+        });
+    }
+    let mut notes = Vec::new();
+    if arrivals.len() < total {
+        notes.push(format!(
+            "{} of {} buyers arrive after {:.0} s and are not sent (--cut-s)",
+            total - arrivals.len(),
+            total,
+            cut.as_secs_f64()
+        ));
+    }
+    if !scenario.faults.is_empty() || scenario.network != Default::default() {
+        notes.push("faults and network loss are not reproduced: the cluster is healthy".into());
+    }
+    if scenario.regions.iter().any(|r| r.rtt_ms > 1.0) {
+        notes.push("round trips are loopback's, not the scenario's rtt_ms".into());
+    }
+    if b.abandon > 0.0 || b.release > 0.0 {
+        notes.push("holds are kept: none is abandoned or released during the run".into());
+    }
+    Ok(Sale {
+        label: format!(
+            "scenario {} ({path}): {} regions, {} units, {} buyers",
+            scenario.name,
+            scenario.regions.len(),
+            crate::report::thousands(scenario.sku.total as f64),
+            crate::report::thousands(arrivals.len() as f64),
+        ),
+        regions: scenario
+            .regions
+            .iter()
+            .map(|r| RegionSpec {
+                name: r.name.clone(),
+                weight: r.weight,
+                share: r.demand,
+            })
+            .collect(),
+        units: scenario.sku.total,
+        max_per_user: scenario.sku.max_per_user,
+        arrivals,
+        patience,
+        notes,
+        scenario: Some(path.to_owned()),
+    })
+}
+
+/// A tiny deterministic generator (splitmix64) for the crowd's order.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a preset's crowd has exactly its buyers, split by the skew,
+    /// in arrival order within the window.
+    #[test]
+    fn preset_crowd_is_exact() {
+        let sale = Shape::preset("skewed-701").unwrap().sale().unwrap();
+        assert_eq!(sale.buyers(), 2_600);
+        let per_region = |r: u8| sale.arrivals.iter().filter(|a| a.region == r).count();
+        assert_eq!(per_region(0), 2_210);
+        assert_eq!(per_region(1), 260);
+        assert_eq!(per_region(2), 130);
+        assert!(sale.arrivals.windows(2).all(|w| w[0].at <= w[1].at));
+        assert!(sale.arrivals.iter().all(|a| a.at < ARRIVAL_WINDOW_DEFAULT));
+        assert_eq!(sale.regions.len(), 3);
+    }
+
+    /// Goal: a scenario's crowd is the simulator's: same count, regions
+    /// by demand share, and people retry as the scenario says.
+    #[test]
+    fn scenario_crowd_is_the_simulators() {
+        let s = Scenario::load("tiny").unwrap();
+        let sale = scenario_sale("tiny", &s, Duration::from_secs(120)).unwrap();
+        assert_eq!(sale.buyers(), 150);
+        assert_eq!(sale.units, 40);
+        assert_eq!(sale.patience[0].retries_max, Some(2));
+        assert!(sale
+            .arrivals
+            .iter()
+            .all(|a| a.at <= Duration::from_millis(50)));
+    }
+
+    /// Goal: skews are read as shares and bad ones refused.
+    #[test]
+    fn parses_skew() {
+        assert_eq!(parse_skew("85,10,5").unwrap(), vec![85.0, 10.0, 5.0]);
+        assert!(parse_skew("1,2,3,4,5,6").is_err());
+        assert!(parse_skew("0,0").is_err());
+        assert!(parse_skew("a").is_err());
+    }
+}

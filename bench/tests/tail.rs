@@ -1,0 +1,80 @@
+//! Smoke of `bench tail`: a small sale (3 regions 85/10/5, 60 units, 200
+//! buyers) on a real coordinator and three real agents, under `central`
+//! and `tail-merge`. Only counts are asserted, never timings: every unit is
+//! held exactly once or still free, nothing is oversold, the audit shows
+//! no drift, and every buyer got a final answer. The benchmark itself is
+//! `cargo run --release -p bench -- tail`.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::time::Duration;
+
+use bench::outcome::Outcome;
+use bench::process::{Binaries, CLUSTER_PACKAGES};
+use bench::tail::cluster::ClusterFlags;
+use bench::tail::shape::Shape;
+use bench::tail::{run_policy, TailSettings};
+
+const UNITS: u64 = 60;
+const BUYERS: u64 = 200;
+
+fn settings(binaries: Binaries) -> TailSettings {
+    TailSettings {
+        database_url: std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        binaries,
+        in_flight: 100,
+        cluster: ClusterFlags {
+            sync_interval_ms: 200,
+            max_in_flight: 256,
+            max_waiting: 4_096,
+            wait_timeout_ms: None,
+            db_pool_size: 4,
+        },
+    }
+}
+
+/// Goal: under both policies the buyers' answers, the coordinator's final
+/// view and its audit agree: 60 units held once (or still free), no
+/// oversell, drift 0, and each of the 200 buyers ended with HELD or
+/// SOLD_OUT, none out of patience and none with an unexpected answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_sale_counts_add_up() {
+    Binaries::build(&CLUSTER_PACKAGES).await.unwrap();
+    let binaries = Binaries::locate(None).unwrap();
+    binaries.check_cluster().unwrap();
+    let settings = settings(binaries);
+    let mut shape = Shape::preset("skewed-701").unwrap();
+    shape.units = UNITS;
+    shape.buyers = BUYERS;
+    shape.retrying_max = Duration::from_secs(60);
+    let sale = shape.sale().unwrap();
+
+    for policy in ["central", "tail-merge"] {
+        let run = run_policy(&settings, &sale, policy).await.unwrap();
+        let s = &run.stats;
+        assert!(s.problems().is_empty(), "{policy}: {:?}", s.problems());
+        assert_eq!(s.buyers, BUYERS, "{policy}");
+        assert_eq!(s.oversold, 0, "{policy}");
+        assert_eq!(s.drift_total, 0, "{policy}");
+        assert_eq!(
+            s.held_units as i64 + s.final_free,
+            UNITS as i64,
+            "{policy}: every unit held once or still free"
+        );
+        assert_eq!(s.held_units as i64, s.final_committed, "{policy}");
+        let per_region: u64 = s.held_per_region.iter().map(|(_, n)| n).sum();
+        assert_eq!(per_region, s.held_units, "{policy}");
+        assert_eq!(s.gave_up, 0, "{policy}: {}", s.answers);
+        assert_eq!(s.refused, 0, "{policy}: {}", s.answers);
+        assert_eq!(
+            s.held_units + s.sold_out_buyers,
+            BUYERS,
+            "{policy}: every buyer got HELD or SOLD_OUT: {}",
+            s.answers
+        );
+        // A browser stops at its first SOLD_OUT.
+        assert_eq!(s.answers[Outcome::SoldOut], s.sold_out_buyers, "{policy}");
+        assert!(s.requests() >= BUYERS, "{policy}");
+    }
+}
