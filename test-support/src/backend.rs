@@ -417,3 +417,41 @@ macro_rules! on_both_backends {
         )+
     };
 }
+
+/// Instantiates each `async fn NAME(pool: PgPool)` named as
+/// `NAME::postgres` alone, for what exists only on PostgreSQL, on a fresh
+/// database (migrated by `migrator:` if given), skipped like the
+/// PostgreSQL half of [`on_both_backends!`] when no server is reachable.
+#[macro_export]
+macro_rules! postgres_only {
+    (@test $name:ident, $setup:expr) => {
+        mod $name {
+            #[test]
+            fn postgres() {
+                if !$crate::backend::postgres_available() {
+                    return;
+                }
+                let mut args =
+                    $crate::sqlx::testing::TestArgs::new(concat!(module_path!(), "::postgres"));
+                ($setup)(&mut args);
+                $crate::sqlx::testing::TestFn::run_test(
+                    super::$name as fn($crate::sqlx::PgPool) -> _,
+                    args,
+                )
+            }
+        }
+    };
+    (migrator: $pg:path; $($name:ident),+ $(,)?) => {
+        $(
+            $crate::postgres_only!(
+                @test $name,
+                |args: &mut $crate::sqlx::testing::TestArgs| args.migrator(&$pg)
+            );
+        )+
+    };
+    ($($name:ident),+ $(,)?) => {
+        $(
+            $crate::postgres_only!(@test $name, |_: &mut $crate::sqlx::testing::TestArgs| ());
+        )+
+    };
+}
