@@ -362,7 +362,10 @@ pub fn postgres_available() -> bool {
             std::io::stderr().lock(),
             "\n*** SKIPPING the PostgreSQL half of {}: {reason}. \
              Only SQLite is tested. Set ESCROW_REQUIRE_POSTGRES=1 to fail instead. ***\n",
-            std::env::args().next().unwrap_or_default()
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default()
         );
     });
     false
