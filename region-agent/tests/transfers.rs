@@ -87,14 +87,14 @@ async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: T
     assert!(provenance.has_grants);
     assert!(provenance.not_granted.is_empty(), "{provenance:?}");
 
-    let s = stored(&db, "drop").await;
-    assert_balanced(&s);
-    assert_eq!((s.available, s.held, s.sold, s.total), (25, 0, 0, 25));
     assert_eq!(
         db.int("SELECT count(*) FROM applied_grants").await,
         2,
         "one row per grant id"
     );
+    let s = stored(&db, "drop").await;
+    assert_balanced(&s);
+    assert_eq!((s.available, s.held, s.sold, s.total), (25, 0, 0, 25));
 }
 
 /// Goal: a return of more units than are available is refused whole by the
