@@ -1,10 +1,13 @@
 //! Scratch databases: each server under test gets a fresh one, dropped
-//! afterwards, on the one PostgreSQL the whole run shares.
+//! afterwards, on the one PostgreSQL the whole run shares, or a fresh
+//! SQLite file in a directory of its own, removed afterwards.
 //!
 //! A fresh database per server keeps runs independent (no rows or request
 //! keys left over from the last run for the agent to load at start) and
 //! lets the agent and the naive baseline write to the same server without
 //! seeing each other's tables.
+
+use std::path::PathBuf;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -65,6 +68,38 @@ impl ScratchDb {
         .with_context(|| format!("dropping database {}", self.name))?;
         self.admin.close().await;
         Ok(())
+    }
+}
+
+/// A SQLite file that exists for one agent's run, in a directory of its
+/// own (the file, its WAL and its shared-memory index go together).
+#[derive(Debug)]
+pub struct ScratchFile {
+    /// `sqlite://` and the file's path.
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl ScratchFile {
+    /// Makes an empty directory `name` in the temporary directory; the
+    /// agent creates the file `agent.db` in it.
+    pub fn create(name: &str) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing an old {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self {
+            url: format!("sqlite://{}", dir.join("agent.db").display()),
+            dir,
+        })
+    }
+
+    /// Removes the directory and the files in it.
+    pub fn remove(self) -> anyhow::Result<()> {
+        std::fs::remove_dir_all(&self.dir)
+            .with_context(|| format!("removing {}", self.dir.display()))
     }
 }
 

@@ -162,6 +162,10 @@ pub fn header(machine: &Machine, settings: &Settings) -> String {
     );
     let _ = writeln!(
         out,
+        "Agent on SQLite: WAL journal, synchronous=FULL: every 201 was synced to disk before it was sent (durable)."
+    );
+    let _ = writeln!(
+        out,
         "Agent flags: {}; naive pool {} connections; {} clients, {:.1} s windows after {:.1} s warm-up.",
         settings.agent.args().join(" "),
         settings.naive_pool_size,
@@ -180,7 +184,7 @@ pub fn comparison(c: &Comparison) -> String {
     let naive = c.naive.rate(&SALES);
     let hot = c.agent_hot.rate(&SALES);
     let sold_out = c.agent_sold_out.rate(&REJECTIONS);
-    let rows: [(&str, &LoadReport, f64, &str, Part); 7] = [
+    let rows: [(&str, &LoadReport, f64, &str, Part); 10] = [
         (
             "HTTP ceiling: parse, answer 201, no storage",
             &c.ceiling,
@@ -223,6 +227,27 @@ pub fn comparison(c: &Comparison) -> String {
             c.agent_mix.rate(&SETTLES),
             "settled/s",
             Part::Actions,
+        ),
+        (
+            "agent on SQLite: hot SKU",
+            &c.sqlite_hot,
+            c.sqlite_hot.rate(&SALES),
+            "holds/s",
+            Part::All,
+        ),
+        (
+            "agent on SQLite: sold-out path",
+            &c.sqlite_sold_out,
+            c.sqlite_sold_out.rate(&REJECTIONS),
+            "rejections/s",
+            Part::All,
+        ),
+        (
+            "agent on SQLite: 100 SKUs, uniform",
+            &c.sqlite_multi,
+            c.sqlite_multi.rate(&SALES),
+            "holds/s",
+            Part::All,
         ),
     ];
     for (label, report, rate, unit, part) in rows {
@@ -273,17 +298,21 @@ pub fn comparison(c: &Comparison) -> String {
 /// Count checks on the comparison: they must all say "ok".
 pub fn correctness(c: &Comparison) -> Vec<String> {
     let mut lines = Vec::new();
-    let held = c.agent_sold_out.total[Outcome::Held];
-    lines.push(format!(
-        "- {}: the sold-out SKU had {SOLD_OUT_STOCK} units and the agent answered HELD {held} times ({} SOLD_OUT).",
-        if held == SOLD_OUT_STOCK { "ok" } else { "WRONG" },
-        c.agent_sold_out.total[Outcome::SoldOut],
-    ));
-    lines.push(format!(
-        "- {}: agent audit after all phases, drift_total = {}.",
-        if c.drift_total == 0 { "ok" } else { "WRONG" },
-        c.drift_total
-    ));
+    for (agent, sold_out, drift_total) in [
+        ("agent", &c.agent_sold_out, c.drift_total),
+        ("agent on SQLite", &c.sqlite_sold_out, c.sqlite_drift_total),
+    ] {
+        let held = sold_out.total[Outcome::Held];
+        lines.push(format!(
+            "- {}: the sold-out SKU had {SOLD_OUT_STOCK} units and the {agent} answered HELD {held} times ({} SOLD_OUT).",
+            if held == SOLD_OUT_STOCK { "ok" } else { "WRONG" },
+            sold_out.total[Outcome::SoldOut],
+        ));
+        lines.push(format!(
+            "- {}: {agent} audit after its phases, drift_total = {drift_total}.",
+            if drift_total == 0 { "ok" } else { "WRONG" },
+        ));
+    }
     let phases = [
         ("ceiling", &c.ceiling),
         ("naive", &c.naive),
@@ -291,6 +320,9 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
         ("agent sold-out", &c.agent_sold_out),
         ("agent 100 SKUs", &c.agent_multi),
         ("agent mix", &c.agent_mix),
+        ("SQLite hot", &c.sqlite_hot),
+        ("SQLite sold-out", &c.sqlite_sold_out),
+        ("SQLite 100 SKUs", &c.sqlite_multi),
     ];
     let failed: Vec<String> = phases
         .iter()
@@ -323,7 +355,7 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
             busy.join(", ")
         ));
     }
-    let hot_sold_out = c.agent_hot.total[Outcome::SoldOut];
+    let hot_sold_out = c.agent_hot.total[Outcome::SoldOut] + c.sqlite_hot.total[Outcome::SoldOut];
     if hot_sold_out > 0 {
         lines.push(format!(
             "- WRONG: the hot SKU sold out ({hot_sold_out} SOLD_OUT); raise HOT_STOCK."

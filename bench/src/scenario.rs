@@ -3,7 +3,9 @@
 //! [`compare`] is the side-by-side table: the HTTP ceiling, the naive
 //! baseline and the agent (hot SKU, sold-out path, 100 SKUs, confirm and
 //! release mix), each a separate process on loopback, the two storing
-//! servers on their own scratch databases of the same PostgreSQL.
+//! servers on their own scratch databases of the same PostgreSQL; then the
+//! agent again on its embedded SQLite backend (hot SKU, sold-out path, 100
+//! SKUs), on a scratch file, durable the same way (WAL synced at commit).
 //! [`sweep_batch`] and [`sweep_clients`] show how the agent's throughput
 //! moves with its batch bound (`--max-in-flight`) and with the number of
 //! concurrent buyers.
@@ -16,7 +18,7 @@ use hyper::{Method, StatusCode};
 use serde_json::json;
 
 use crate::client::{self, Bearer};
-use crate::database::ScratchDb;
+use crate::database::{ScratchDb, ScratchFile};
 use crate::interference::Watch;
 use crate::load::{self, LoadReport, LoadSpec, Workload};
 use crate::metrics::CommitCounters;
@@ -80,10 +82,20 @@ pub struct Settings {
     pub binaries: Binaries,
 }
 
-/// A server under test and its scratch database.
+/// Where an agent under test stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentBackend {
+    /// A scratch database on the run's PostgreSQL.
+    Postgres,
+    /// A scratch SQLite file.
+    Sqlite,
+}
+
+/// A server under test and its scratch database or file.
 struct Target {
     process: ServerProcess,
     db: Option<ScratchDb>,
+    file: Option<ScratchFile>,
 }
 
 impl Target {
@@ -96,6 +108,9 @@ impl Target {
         if let Some(db) = self.db {
             db.drop().await?;
         }
+        if let Some(file) = self.file {
+            file.remove()?;
+        }
         Ok(())
     }
 }
@@ -104,8 +119,24 @@ fn db_name(kind: &str, tag: &str) -> String {
     format!("bench_{kind}_{}_{tag}", std::process::id())
 }
 
-async fn start_agent(settings: &Settings, flags: AgentFlags, tag: &str) -> anyhow::Result<Target> {
-    let db = ScratchDb::create(&settings.database_url, &db_name("agent", tag)).await?;
+async fn start_agent(
+    settings: &Settings,
+    flags: AgentFlags,
+    backend: AgentBackend,
+    tag: &str,
+) -> anyhow::Result<Target> {
+    let (db, file, url) = match backend {
+        AgentBackend::Postgres => {
+            let db = ScratchDb::create(&settings.database_url, &db_name("agent", tag)).await?;
+            let url = db.url.clone();
+            (Some(db), None, url)
+        }
+        AgentBackend::Sqlite => {
+            let file = ScratchFile::create(&db_name("agent", tag))?;
+            let url = file.url.clone();
+            (None, Some(file), url)
+        }
+    };
     let addr = free_addr()?;
     let mut args: Vec<String> = [
         "--region",
@@ -113,7 +144,7 @@ async fn start_agent(settings: &Settings, flags: AgentFlags, tag: &str) -> anyho
         "--listen",
         &addr.to_string(),
         "--database-url",
-        &db.url,
+        &url,
         "--admin-token",
         ADMIN_TOKEN,
         "--tenant-key",
@@ -125,10 +156,7 @@ async fn start_agent(settings: &Settings, flags: AgentFlags, tag: &str) -> anyho
     args.extend(flags.args());
     let name = format!("region-agent ({tag})");
     let process = ServerProcess::start(&name, &settings.binaries.agent, &args, addr).await?;
-    Ok(Target {
-        process,
-        db: Some(db),
-    })
+    Ok(Target { process, db, file })
 }
 
 async fn start_naive(settings: &Settings, tag: &str) -> anyhow::Result<Target> {
@@ -148,6 +176,7 @@ async fn start_naive(settings: &Settings, tag: &str) -> anyhow::Result<Target> {
     Ok(Target {
         process,
         db: Some(db),
+        file: None,
     })
 }
 
@@ -160,7 +189,11 @@ async fn start_ceiling(settings: &Settings) -> anyhow::Result<Target> {
         addr.to_string(),
     ];
     let process = ServerProcess::start("ceiling", &settings.binaries.server, &args, addr).await?;
-    Ok(Target { process, db: None })
+    Ok(Target {
+        process,
+        db: None,
+        file: None,
+    })
 }
 
 /// Creates (or resets) a SKU through the admin API.
@@ -253,6 +286,64 @@ pub struct Comparison {
     pub agent_mix: LoadReport,
     /// The agent's audit after all phases.
     pub drift_total: i64,
+    /// The agent on SQLite: answers on a sold-out SKU.
+    pub sqlite_sold_out: LoadReport,
+    /// The agent on SQLite: holds on one hot SKU.
+    pub sqlite_hot: LoadReport,
+    /// The agent on SQLite: holds over 100 SKUs.
+    pub sqlite_multi: LoadReport,
+    /// The SQLite agent's audit after its phases.
+    pub sqlite_drift_total: i64,
+}
+
+/// The agent's runs of one backend: sold-out path, hot SKU, 100 SKUs.
+struct AgentPhases {
+    sold_out: LoadReport,
+    hot: LoadReport,
+    multi: LoadReport,
+}
+
+/// Creates the phases' SKUs on the agent at `addr`: `hot`, `gone` (sold
+/// out in the warm-up), `mix` and the 100 SKUs, whose names it returns.
+async fn agent_skus(addr: SocketAddr) -> anyhow::Result<Vec<String>> {
+    put_sku(addr, "hot", HOT_STOCK).await?;
+    put_sku(addr, "gone", SOLD_OUT_STOCK).await?;
+    put_sku(addr, "mix", HOT_STOCK).await?;
+    let multi: Vec<String> = (0..MULTI_SKUS).map(|i| format!("m{i:03}")).collect();
+    for sku in &multi {
+        put_sku(addr, sku, MULTI_STOCK).await?;
+    }
+    Ok(multi)
+}
+
+/// Runs the sold-out, hot and 100-SKU phases on the agent at `addr`.
+async fn agent_phases(
+    settings: &Settings,
+    addr: SocketAddr,
+    multi: Vec<String>,
+    label: &str,
+) -> anyhow::Result<AgentPhases> {
+    let (clients, measure) = (settings.clients, settings.measure);
+    // Sold out first: no earlier phase's rows for autovacuum to chew on meanwhile.
+    eprintln!("bench: {label}, sold out ...");
+    let sold_out = agent_load(spec(settings, addr, clients, measure, hot("gone"), "s")).await?;
+    eprintln!("bench: {label}, hot SKU ...");
+    let hot = agent_load(spec(settings, addr, clients, measure, hot("hot"), "h")).await?;
+    eprintln!("bench: {label}, {MULTI_SKUS} SKUs ...");
+    let multi = agent_load(spec(
+        settings,
+        addr,
+        clients,
+        measure,
+        Workload::Reserve { skus: multi },
+        "m",
+    ))
+    .await?;
+    Ok(AgentPhases {
+        sold_out,
+        hot,
+        multi,
+    })
 }
 
 /// Runs the comparison: ceiling, naive, then the agent's phases (sold
@@ -290,31 +381,10 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
     naive.stop().await?;
 
     eprintln!("bench: region agent ...");
-    let agent = start_agent(settings, settings.agent, "cmp").await?;
+    let agent = start_agent(settings, settings.agent, AgentBackend::Postgres, "cmp").await?;
     let addr = agent.addr();
-    put_sku(addr, "hot", HOT_STOCK).await?;
-    put_sku(addr, "gone", SOLD_OUT_STOCK).await?;
-    put_sku(addr, "mix", HOT_STOCK).await?;
-    let multi: Vec<String> = (0..MULTI_SKUS).map(|i| format!("m{i:03}")).collect();
-    for sku in &multi {
-        put_sku(addr, sku, MULTI_STOCK).await?;
-    }
-    // Sold out first: no earlier phase's rows for autovacuum to chew on meanwhile.
-    eprintln!("bench: agent, sold out ...");
-    let agent_sold_out =
-        agent_load(spec(settings, addr, clients, measure, hot("gone"), "s")).await?;
-    eprintln!("bench: agent, hot SKU ...");
-    let agent_hot = agent_load(spec(settings, addr, clients, measure, hot("hot"), "h")).await?;
-    eprintln!("bench: agent, {MULTI_SKUS} SKUs ...");
-    let agent_multi = agent_load(spec(
-        settings,
-        addr,
-        clients,
-        measure,
-        Workload::Reserve { skus: multi },
-        "m",
-    ))
-    .await?;
+    let multi = agent_skus(addr).await?;
+    let pg = agent_phases(settings, addr, multi, "agent").await?;
     eprintln!("bench: agent, confirm/release mix ...");
     let agent_mix = agent_load(spec(
         settings,
@@ -328,20 +398,32 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
     let drift_total = audit_drift(addr).await?;
     agent.stop().await?;
 
+    eprintln!("bench: region agent on SQLite ...");
+    let agent = start_agent(settings, settings.agent, AgentBackend::Sqlite, "lite").await?;
+    let addr = agent.addr();
+    let multi = agent_skus(addr).await?;
+    let lite = agent_phases(settings, addr, multi, "agent on SQLite").await?;
+    let sqlite_drift_total = audit_drift(addr).await?;
+    agent.stop().await?;
+
     Ok(Comparison {
         ceiling: ceiling_report,
         naive: naive_report,
-        agent_hot,
-        agent_sold_out,
-        agent_multi,
+        agent_hot: pg.hot,
+        agent_sold_out: pg.sold_out,
+        agent_multi: pg.multi,
         agent_mix,
         drift_total,
+        sqlite_sold_out: lite.sold_out,
+        sqlite_hot: lite.hot,
+        sqlite_multi: lite.multi,
+        sqlite_drift_total,
     })
 }
 
 /// The agent alone on one hot SKU: the phase to profile.
 pub async fn hot_only(settings: &Settings) -> anyhow::Result<LoadReport> {
-    let agent = start_agent(settings, settings.agent, "hot").await?;
+    let agent = start_agent(settings, settings.agent, AgentBackend::Postgres, "hot").await?;
     put_sku(agent.addr(), "hot", HOT_STOCK).await?;
     eprintln!(
         "bench: agent pid {}, hot SKU ...",
@@ -385,7 +467,13 @@ pub async fn sweep_batch(settings: &Settings) -> anyhow::Result<Vec<SweepPoint>>
             max_in_flight,
             ..settings.agent
         };
-        let agent = start_agent(settings, flags, &format!("b{max_in_flight}")).await?;
+        let agent = start_agent(
+            settings,
+            flags,
+            AgentBackend::Postgres,
+            &format!("b{max_in_flight}"),
+        )
+        .await?;
         put_sku(agent.addr(), "hot", HOT_STOCK).await?;
         let report = agent_load(spec(
             settings,
@@ -408,7 +496,7 @@ pub async fn sweep_batch(settings: &Settings) -> anyhow::Result<Vec<SweepPoint>>
 
 /// Agent and naive hot-SKU throughput for each client count in [`SWEEP_CLIENTS`].
 pub async fn sweep_clients(settings: &Settings) -> anyhow::Result<Vec<SweepPoint>> {
-    let agent = start_agent(settings, settings.agent, "clients").await?;
+    let agent = start_agent(settings, settings.agent, AgentBackend::Postgres, "clients").await?;
     let naive = start_naive(settings, "clients").await?;
     let mut points = Vec::new();
     for clients in SWEEP_CLIENTS {

@@ -1,6 +1,7 @@
 //! CI smoke of the benchmark harness: the load generator, the baseline
 //! servers and the agent run for a fixed number of requests (a second or
-//! two) against real PostgreSQL, and every count is checked exactly. Speed
+//! two) against a real database, and every count is checked exactly: the
+//! agent on PostgreSQL and on SQLite, the naive baseline on PostgreSQL. Speed
 //! is never asserted; the benchmark itself is `cargo run --release -p bench -- all`.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
@@ -19,10 +20,19 @@ use region_agent::auth::Auth;
 use region_agent::clock::SystemClock;
 use region_agent::owner::Limits;
 use region_agent::store::postgres::PgStore;
+use region_agent::store::Store;
 use region_agent::AgentSettings;
 use sqlx::PgPool;
+use test_support::TestDb;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+test_support::on_both_backends!(
+    postgres: region_agent::store::postgres::MIGRATOR,
+    sqlite: region_agent::store::sqlite::MIGRATOR;
+    agent_sells_exactly_its_stock
+);
+test_support::postgres_only!(naive_sells_exactly_its_stock);
 
 /// Buyers in every smoke run.
 const CLIENTS: usize = 16;
@@ -43,7 +53,7 @@ impl Served {
     }
 }
 
-async fn serve_agent(pool: &PgPool) -> Served {
+async fn serve_agent(db: &TestDb) -> Served {
     let settings = AgentSettings {
         region: RegionName::parse("eu").unwrap(),
         auth: Auth::new(
@@ -57,13 +67,13 @@ async fn serve_agent(pool: &PgPool) -> Served {
         },
         coordinator: None,
     };
-    let state = region_agent::start(
-        Arc::new(PgStore::new(pool.clone())),
-        Arc::new(SystemClock),
-        settings,
-    )
-    .await
-    .unwrap();
+    let store: Arc<dyn Store> = match db.postgres_pool() {
+        Some(pool) => Arc::new(PgStore::new(pool.clone())),
+        None => region_agent::store::open(db.url(), 4).await.unwrap(),
+    };
+    let state = region_agent::start(store, Arc::new(SystemClock), settings)
+        .await
+        .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel();
@@ -116,9 +126,8 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
 /// Goal: 160 distinct buyers racing for 40 units of the real agent get
 /// exactly 40 HELD and 120 SOLD_OUT, the rows and counters agree, and a
 /// reserve-then-settle loop confirms and releases exactly what it says.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn agent_sells_exactly_its_stock(pool: PgPool) {
-    let agent = serve_agent(&pool).await;
+async fn agent_sells_exactly_its_stock(db: TestDb) {
+    let agent = serve_agent(&db).await;
     put_sku(agent.addr, "drop", 40).await.unwrap();
 
     let race = fixed(agent.addr, one("drop"), "race").await;
@@ -134,9 +143,9 @@ async fn agent_sells_exactly_its_stock(pool: PgPool) {
     assert_eq!(race.window, race.total, "a fixed run counts everything");
     assert_eq!(race.reserve_latency.len(), requests);
     let held_rows = "SELECT count(*) FROM reservations WHERE sku = 'drop' AND status = 'HELD'";
-    assert_eq!(scalar(&pool, held_rows).await, 40);
+    assert_eq!(db.int(held_rows).await, 40);
     let available = "SELECT available FROM sku_stock WHERE sku = 'drop'";
-    assert_eq!(scalar(&pool, available).await, 0);
+    assert_eq!(db.int(available).await, 0);
 
     put_sku(agent.addr, "mix", 1_000).await.unwrap();
     let mix = fixed(agent.addr, Workload::Settle { sku: "mix".into() }, "mix").await;
@@ -150,12 +159,9 @@ async fn agent_sells_exactly_its_stock(pool: PgPool) {
     assert_eq!(t[Outcome::Confirmed], requests / 2, "{t}");
     assert_eq!(t.failures(), 0, "{t}");
     let sold_rows = "SELECT count(*) FROM reservations WHERE sku = 'mix' AND status = 'SOLD'";
-    assert_eq!(scalar(&pool, sold_rows).await, (requests / 2) as i64);
+    assert_eq!(db.int(sold_rows).await, (requests / 2) as i64);
     let available = "SELECT available FROM sku_stock WHERE sku = 'mix'";
-    assert_eq!(
-        scalar(&pool, available).await,
-        1_000 - (requests / 2) as i64
-    );
+    assert_eq!(db.int(available).await, 1_000 - (requests / 2) as i64);
 
     assert_eq!(audit_drift(agent.addr).await.unwrap(), 0);
     agent.stop().await;
@@ -163,7 +169,6 @@ async fn agent_sells_exactly_its_stock(pool: PgPool) {
 
 /// Goal: the naive baseline is a correct server too: 40 units give exactly
 /// 40 HELD and 120 SOLD_OUT, 40 rows and nothing left.
-#[sqlx::test]
 async fn naive_sells_exactly_its_stock(pool: PgPool) {
     naive::prepare(&pool).await.unwrap();
     let server = serve_router(naive::app(Naive {

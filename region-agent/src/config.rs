@@ -17,9 +17,11 @@ pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "AGENT_LISTEN", default_value = "127.0.0.1:7100")]
     pub listen: SocketAddr,
-    /// The agent's own PostgreSQL database.
+    /// The agent's own database: `postgres://...` (the production choice)
+    /// or `sqlite://PATH` (an embedded file, created if missing). Without
+    /// it, the SQLite file `./region-agent-<region>.db`.
     #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
+    pub database_url: Option<String>,
     /// The coordinator; absent means standalone (this agent owns the whole total).
     #[arg(long, env = "COORDINATOR_URL")]
     pub coordinator_url: Option<String>,
@@ -45,7 +47,17 @@ pub struct Config {
     /// How often to sync with the coordinator, ms.
     #[arg(long, env = "AGENT_SYNC_INTERVAL_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub sync_interval_ms: u64,
-    /// Database connections in the pool.
+    /// Database connections in the pool (on SQLite: readers beside the one writer).
     #[arg(long, env = "AGENT_DB_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=512))]
     pub db_pool_size: u32,
+}
+
+impl Config {
+    /// The database URL given, or the default SQLite file of this region.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) if !url.is_empty() => url.clone(),
+            _ => format!("sqlite://./region-agent-{}.db", self.region),
+        }
+    }
 }

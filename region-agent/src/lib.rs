@@ -7,7 +7,7 @@
 //! request goes unanswered.
 //!
 //! - [`owner`]: the single writer per SKU with group commit.
-//! - [`store`]: persistence behind a narrow trait; PostgreSQL today.
+//! - [`store`]: persistence behind a narrow trait; PostgreSQL or SQLite.
 //! - [`http`]: buyer, admin and operations endpoints.
 
 pub mod auth;

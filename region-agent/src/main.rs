@@ -10,11 +10,7 @@ use region_agent::clock::SystemClock;
 use region_agent::config::Config;
 use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
 use region_agent::owner::Limits;
-use region_agent::store::postgres::{PgStore, MIGRATOR};
-use region_agent::{run, start, AgentSettings};
-use std::str::FromStr;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use region_agent::{run, start, store, AgentSettings};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -36,17 +32,9 @@ async fn main() -> anyhow::Result<()> {
             )))
         }
     };
-    // A statement that hangs must fail rather than hold an owner (and shutdown) forever.
-    let options = PgConnectOptions::from_str(&config.database_url)
-        .context("parsing --database-url")?
-        .options([("statement_timeout", "10s")]);
-    let pool = PgPoolOptions::new()
-        .max_connections(config.db_pool_size)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
+    let store = store::open(&config.database_url(), config.db_pool_size)
         .await
-        .context("connecting to the database")?;
-    MIGRATOR.run(&pool).await.context("applying migrations")?;
+        .context("opening the database")?;
     let settings = AgentSettings {
         region: config.region,
         auth: Auth::new(config.tenant_keys, config.admin_token),
@@ -57,13 +45,9 @@ async fn main() -> anyhow::Result<()> {
         },
         coordinator,
     };
-    let state = start(
-        Arc::new(PgStore::new(pool)),
-        Arc::new(SystemClock),
-        settings,
-    )
-    .await
-    .context("starting the agent")?;
+    let state = start(store, Arc::new(SystemClock), settings)
+        .await
+        .context("starting the agent")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -13,29 +13,35 @@ use escrow_core::{Sku, Tenant};
 use region_agent::owner::Limits;
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::{Connection, PgConnection, PgPool};
+
+conformance!(
+    full_queue_and_wait_timeout_refuse_before_writing,
+    sold_out_is_answered_without_the_database,
+    pause_stops_selling_and_resume_restarts,
+    admin_changes_never_oversell,
+    health_readiness_and_metrics,
+);
 
 /// Goal: with the owner busy and its queue full, a request is refused at
 /// once with REJECTED_QUEUE_FULL; one that waited past its deadline gets
 /// REJECTED_WAIT_TIMEOUT; neither wrote anything, and both keys succeed on retry.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
+async fn full_queue_and_wait_timeout_refuse_before_writing(db: TestDb) {
     let limits = Limits {
         batch_size_max: 1,
         queue_max: 1,
         wait_timeout_ms: 1_000,
     };
     let clock = std::sync::Arc::new(region_agent::clock::ManualClock::new(1_800_000_000_000));
-    let agent = TestAgent::start_with(&pool, limits, Some(clock.clone())).await;
+    let agent = TestAgent::start_with(&db, limits, Some(clock.clone())).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
 
-    let mut locker = lock_counters(&pool).await;
+    let locker = db.lock_writes().await;
     let first = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("a", "ua", "drop").await }
     });
-    wait_for_lock_waiter(&pool).await;
+    agent.wait_for_blocked_commit(&db).await;
     let second = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("b", "ub", "drop").await }
@@ -73,7 +79,7 @@ async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
     );
 
     clock.advance(1_001);
-    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    locker.release().await;
     let (s1, b1) = first.await.unwrap();
     let (s2, b2) = second.await.unwrap();
     assert_eq!(
@@ -88,10 +94,7 @@ async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
         )
     );
 
-    let keys: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let keys = reservation_keys(&db).await;
     assert_eq!(
         keys,
         vec!["a".to_owned()],
@@ -99,16 +102,15 @@ async fn full_queue_and_wait_timeout_refuse_before_writing(pool: PgPool) {
     );
     assert_eq!(api.reserve("b", "ub", "drop").await.0, StatusCode::CREATED);
     assert_eq!(api.reserve("c", "uc", "drop").await.0, StatusCode::CREATED);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }
 
 /// Goal: once sold out, SOLD_OUT and the SKU status are answered while the
 /// database is completely locked: the rejection path never touches it. A
 /// retry of a key that holds a reservation still gets REPLAY, not SOLD_OUT.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn sold_out_is_answered_without_the_database(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn sold_out_is_answered_without_the_database(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 1})).await;
     assert_eq!(
@@ -116,13 +118,9 @@ async fn sold_out_is_answered_without_the_database(pool: PgPool) {
         StatusCode::CREATED
     );
 
-    let opts = pool.connect_options();
-    let mut locker = PgConnection::connect_with(&opts).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-    sqlx::query("LOCK TABLE reservations, sku_stock, region_lease IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    // On SQLite, readers are never blocked (WAL): there the test shows
+    // that the rejection path waits for no write.
+    let locker = db.lock_all().await;
 
     let answer = tokio::time::timeout(Duration::from_secs(3), async {
         let mut outcomes = Vec::new();
@@ -156,27 +154,22 @@ async fn sold_out_is_answered_without_the_database(pool: PgPool) {
         status,
         json!({"sku": "drop", "available": 0, "sold_out": true})
     );
-    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    locker.release().await;
 
     let (s, body) = api.reserve("winner", "w", "drop").await;
     assert_eq!(
         (s, body["outcome"].as_str()),
         (StatusCode::OK, Some("REPLAY"))
     );
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 1);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_eq!(db.int("SELECT count(*) FROM reservations").await, 1);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }
 
 /// Goal: a paused SKU answers 503 PAUSED with Retry-After and writes
 /// nothing; resumed, it sells; confirm still works while paused.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn pause_stops_selling_and_resume_restarts(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn pause_stops_selling_and_resume_restarts(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 5})).await;
     assert_eq!(api.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
@@ -208,7 +201,7 @@ async fn pause_stops_selling_and_resume_restarts(pool: PgPool) {
         StatusCode::OK
     );
     assert_eq!(api.reserve("k2", "u2", "drop").await.0, StatusCode::CREATED);
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.sold, s.held, s.available), (1, 1, 3));
     agent.stop().await;
@@ -217,9 +210,8 @@ async fn pause_stops_selling_and_resume_restarts(pool: PgPool) {
 /// Goal: admin changes keep the invariant: add-stock adds to available,
 /// lowering the total below what is held or sold is 409 and changes
 /// nothing, lowering it within available works, settings apply.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn admin_changes_never_oversell(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn admin_changes_never_oversell(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 3})).await;
     for i in 0..3 {
@@ -254,7 +246,7 @@ async fn admin_changes_never_oversell(pool: PgPool) {
         api.admin_get("/v1/admin/skus/acme/nope").await.0,
         StatusCode::NOT_FOUND
     );
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.total, s.available), (4, 1));
     api.assert_no_drift().await;
@@ -262,9 +254,8 @@ async fn admin_changes_never_oversell(pool: PgPool) {
 }
 
 /// Goal: the operational endpoints answer and the metrics the issue names exist.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn health_readiness_and_metrics(pool: PgPool) {
-    let agent = TestAgent::start_manual(&pool).await;
+async fn health_readiness_and_metrics(db: TestDb) {
+    let agent = TestAgent::start_manual(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 1, "hold_ttl_ms": 1000}))
         .await;
@@ -272,7 +263,7 @@ async fn health_readiness_and_metrics(pool: PgPool) {
     api.reserve("k2", "u2", "drop").await;
     agent.advance(1_000);
     eventually("the hold expires", Duration::from_secs(5), async || {
-        stored(&pool, "drop").await.available == 1
+        stored(&db, "drop").await.available == 1
     })
     .await;
     for path in ["/healthz", "/readyz"] {
@@ -304,6 +295,6 @@ async fn health_readiness_and_metrics(pool: PgPool) {
     ] {
         assert!(text.contains(name), "metrics lack {name}");
     }
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }

@@ -9,20 +9,21 @@ mod common;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
-async fn rows(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+conformance!(
+    malformed_requests_are_refused_without_writing,
+    credentials_and_tenant_isolation,
+    extend_once_and_missing_keys,
+);
+
+async fn rows(db: &TestDb) -> i64 {
+    db.int("SELECT count(*) FROM reservations").await
 }
 
 /// Goal: each malformed reservation request gets 400 BAD_REQUEST with an
 /// error message, and none of them writes a row or takes a unit.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn malformed_requests_are_refused_without_writing(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn malformed_requests_are_refused_without_writing(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10, "max_per_user": 2}))
         .await;
@@ -159,26 +160,22 @@ async fn malformed_requests_are_refused_without_writing(pool: PgPool) {
         StatusCode::BAD_REQUEST
     );
 
-    assert_eq!(rows(&pool).await, 0, "nothing written");
-    let s = stored(&pool, "drop").await;
+    assert_eq!(rows(&db).await, 0, "nothing written");
+    let s = stored(&db, "drop").await;
     assert_eq!(s.available, 10);
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sku_stock")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = db.int("SELECT count(*) FROM sku_stock").await;
     assert_eq!(count, 1, "no SKU created by bad admin input");
     // And a well-formed request still works.
     assert_eq!(api.reserve("k", "u", "drop").await.0, StatusCode::CREATED);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }
 
 /// Goal: no key or a wrong key is 401 on every buyer endpoint, the admin
 /// API refuses tenant keys, and a tenant's key never reaches another
 /// tenant's SKU or reservation (404 as if absent).
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn credentials_and_tenant_isolation(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn credentials_and_tenant_isolation(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
     assert_eq!(api.reserve("k", "u", "drop").await.0, StatusCode::CREATED);
@@ -239,16 +236,15 @@ async fn credentials_and_tenant_isolation(pool: PgPool) {
 
     let (_, row) = api.get("k").await;
     assert_eq!(row["status"], "HELD", "acme's hold untouched");
-    assert_eq!(rows(&pool).await, 1);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_eq!(rows(&db).await, 1);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }
 
 /// Goal: extend works once while HELD, moving expires_at; a second extend,
 /// and confirm or release of missing keys, answer as the contract says.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn extend_once_and_missing_keys(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn extend_once_and_missing_keys(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10, "hold_ttl_ms": 60000}))
         .await;
@@ -288,6 +284,6 @@ async fn extend_once_and_missing_keys(pool: PgPool) {
         );
     }
     assert_eq!(api.get("nope").await.0, StatusCode::NOT_FOUND);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }

@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use common::*;
 use escrow_core::{Qty, RequestKey, Sku, Tenant, Transition, UserId};
-use region_agent::store::postgres::PgStore;
-use region_agent::store::{Batch, NewHold, Store, StoreError};
+use region_agent::store::{Batch, NewHold, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
+
+conformance!(
+    a_wrong_batch_is_refused_whole,
+    units_freed_in_a_batch_serve_its_overflow
+);
 
 fn hold(key: &str, user: &str) -> NewHold {
     NewHold {
@@ -28,16 +31,15 @@ fn hold(key: &str, user: &str) -> NewHold {
 /// Goal: holds for more units than are available, or a transition whose
 /// precondition no longer holds, make the whole batch fail with nothing
 /// written, whatever the caller believed.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn a_wrong_batch_is_refused_whole(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn a_wrong_batch_is_refused_whole(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     agent
         .api()
         .put_sku("acme", "drop", json!({"total": 2}))
         .await;
     let epoch = agent.state.fence().epoch();
     agent.stop().await;
-    let store = PgStore::new(pool.clone());
+    let (store, _) = open_store(&db).await;
     let batch = |now| {
         Batch::new(
             Tenant::parse("acme").unwrap(),
@@ -52,7 +54,7 @@ async fn a_wrong_batch_is_refused_whole(pool: PgPool) {
         store.commit(epoch, &oversell).await,
         Err(StoreError::Conflict(_))
     ));
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_eq!(
         (s.available, s.held, s.rows_held),
         (2, 0, 0),
@@ -84,7 +86,7 @@ async fn a_wrong_batch_is_refused_whole(pool: PgPool) {
         store.commit(epoch, &release_sold).await,
         Err(StoreError::Conflict(_))
     ));
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.sold), (1, 0, 1));
 
@@ -96,26 +98,25 @@ async fn a_wrong_batch_is_refused_whole(pool: PgPool) {
         store.commit(old, &stale).await,
         Err(StoreError::Fenced)
     ));
-    assert_eq!(stored(&pool, "drop").await.available, 1);
+    assert_eq!(stored(&db, "drop").await.available, 1);
 }
 
 /// Goal: when a hold planned in a batch turns out to be a per-user-limit
 /// hit, its unit still serves a request of the same batch that did not
 /// fit, instead of that buyer hearing SOLD_OUT while a unit is free.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn units_freed_in_a_batch_serve_its_overflow(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn units_freed_in_a_batch_serve_its_overflow(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 3})).await;
     assert_eq!(api.reserve("k0", "u0", "drop").await.0, StatusCode::CREATED);
 
     // Hold the owner on a commit so the next two requests share a batch.
-    let mut locker = lock_counters(&pool).await;
+    let locker = db.lock_writes().await;
     let blocker = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("k9", "u9", "drop").await }
     });
-    wait_for_lock_waiter(&pool).await;
+    agent.wait_for_blocked_commit(&db).await;
     let repeat_user = tokio::spawn({
         let api = api.clone();
         async move { api.reserve("k1", "u0", "drop").await }
@@ -144,7 +145,7 @@ async fn units_freed_in_a_batch_serve_its_overflow(pool: PgPool) {
     })
     .await;
     drop(handle);
-    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    locker.release().await;
 
     assert_eq!(blocker.await.unwrap().0, StatusCode::CREATED);
     let (status, body) = repeat_user.await.unwrap();
@@ -158,7 +159,7 @@ async fn units_freed_in_a_batch_serve_its_overflow(pool: PgPool) {
         (StatusCode::CREATED, Some("HELD")),
         "{body}"
     );
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held), (0, 3));
     agent.stop().await;

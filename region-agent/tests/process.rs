@@ -13,9 +13,16 @@ use std::time::Duration;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
 use test_support::process::{all_read, server_closed};
 use test_support::raw;
+
+conformance!(
+    kill_nine_under_load_loses_nothing,
+    sigterm_drains_in_flight_requests,
+    disconnected_client_keeps_its_reservation,
+    a_second_agent_fences_the_first,
+    drift_found_at_start_stops_only_that_sku,
+);
 
 /// A `region-agent` child process.
 struct AgentProcess {
@@ -24,20 +31,16 @@ struct AgentProcess {
 }
 
 impl AgentProcess {
-    async fn spawn(pool: &PgPool, port: u16) -> Self {
+    async fn spawn(db: &TestDb, port: u16) -> Self {
         let proc = Proc::spawn(
-            service(
-                env!("CARGO_BIN_EXE_region-agent"),
-                port,
-                &database_url(pool),
-            )
-            .args([
-                "--region",
-                "eu",
-                "--tenant-key",
-                &format!("acme={ACME_KEY}"),
-            ])
-            .args(["--db-pool-size", "4"]),
+            service(env!("CARGO_BIN_EXE_region-agent"), port, db.url())
+                .args([
+                    "--region",
+                    "eu",
+                    "--tenant-key",
+                    &format!("acme={ACME_KEY}"),
+                ])
+                .args(["--db-pool-size", "4"]),
         );
         let api = Api::new(&format!("http://127.0.0.1:{port}"));
         wait_ready(&api.url).await;
@@ -49,10 +52,9 @@ impl AgentProcess {
 /// takes no unit that was not asked for: after a restart every 201 is
 /// there, every unanswered key resolves by retry, and the rows are exactly
 /// those answers, with no drift.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
+async fn kill_nine_under_load_loses_nothing(db: TestDb) {
     let port = free_port();
-    let agent = AgentProcess::spawn(&pool, port).await;
+    let agent = AgentProcess::spawn(&db, port).await;
     let api = agent.api.clone();
     api.put_sku("acme", "drop", json!({"total": 400})).await;
 
@@ -85,7 +87,7 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
     }
     drop(agent);
 
-    let restarted = AgentProcess::spawn(&pool, port).await;
+    let restarted = AgentProcess::spawn(&db, port).await;
     let api = restarted.api.clone();
     let mut held = Vec::new();
     let mut unanswered = 0;
@@ -120,17 +122,13 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
         held.len()
     );
     assert!(unanswered > 0, "the kill landed mid-load");
-    let mut rows: Vec<String> = sqlx::query_scalar("SELECT request_key FROM reservations")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    rows.sort();
+    let rows = reservation_keys(&db).await;
     held.sort();
     assert_eq!(
         rows, held,
         "rows are exactly the acknowledged and replayed holds"
     );
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!(s.held as usize, held.len());
     api.assert_no_drift().await;
@@ -138,14 +136,13 @@ async fn kill_nine_under_load_loses_nothing(pool: PgPool) {
 
 /// Goal: SIGTERM while requests wait on a commit drains them: each gets
 /// its 201, the process then exits 0, and every hold is in the database.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn sigterm_drains_in_flight_requests(pool: PgPool) {
+async fn sigterm_drains_in_flight_requests(db: TestDb) {
     let port = free_port();
-    let mut agent = AgentProcess::spawn(&pool, port).await;
+    let mut agent = AgentProcess::spawn(&db, port).await;
     let api = agent.api.clone();
     api.put_sku("acme", "drop", json!({"total": 100})).await;
 
-    let mut locker = lock_counters(&pool).await;
+    let locker = db.lock_writes().await;
     // Written by hand, so the test knows when each request's bytes are sent.
     let addr = format!("127.0.0.1:{port}");
     let mut buyers = Vec::new();
@@ -153,7 +150,12 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
         let request = raw::reserve(&format!("k{i}"), &format!("u{i}"), "drop");
         buyers.push(raw::send(&addr, &request).await);
     }
-    wait_for_lock_waiter(&pool).await;
+    // PostgreSQL shows the blocked commit. SQLite shows another process's
+    // busy wait to nobody; there the lock alone keeps every batch from
+    // committing until it is released.
+    if db.backend() == Backend::Postgres {
+        db.wait_for_lock_waiter().await;
+    }
     // The first batch now waits on the lock. A request whose bytes are
     // still unread when SIGTERM arrives was never in flight and its
     // connection may be closed: signal once the agent has read them all.
@@ -175,7 +177,7 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     )
     .await;
     assert!(agent.proc.exited().is_none(), "still draining");
-    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    locker.release().await;
 
     let mut created = 0;
     for buyer in buyers {
@@ -195,29 +197,25 @@ async fn sigterm_drains_in_flight_requests(pool: PgPool) {
     })
     .await;
     assert!(exit.unwrap().success());
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows = db.int("SELECT count(*) FROM reservations").await;
     println!("SIGTERM drain: {created} holds answered 201, {rows} rows");
     assert_eq!(rows, created);
     assert!(created > 0);
-    assert_balanced(&stored(&pool, "drop").await);
+    assert_balanced(&stored(&db, "drop").await);
 }
 
 /// Goal: a client that sends its request and disconnects before the
 /// commit still gets its reservation; it is found by key and a retry is REPLAY.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn disconnected_client_keeps_its_reservation(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 5})).await;
 
-    let mut locker = lock_counters(&pool).await;
+    let locker = db.lock_writes().await;
 
     let addr = api.url.trim_start_matches("http://").to_owned();
     let socket = raw::send(&addr, &raw::reserve("gone", "u", "drop")).await;
-    wait_for_lock_waiter(&pool).await;
+    agent.wait_for_blocked_commit(&db).await;
     let client_port = socket.local_addr().unwrap().port();
     drop(socket);
     // The server notices the hang-up and drops the request's future while
@@ -229,7 +227,7 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
         async || server_closed(server_port, client_port),
     )
     .await;
-    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    locker.release().await;
 
     eventually(
         "the reservation is committed",
@@ -244,7 +242,7 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
         (status, body["outcome"].as_str()),
         (StatusCode::OK, Some("REPLAY"))
     );
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!(s.held, 1);
     agent.stop().await;
@@ -253,14 +251,13 @@ async fn disconnected_client_keeps_its_reservation(pool: PgPool) {
 /// Goal: a second agent on the same database and region fences the first:
 /// the first can no longer commit anything (503 PAUSED, not ready), the
 /// second sells on from the committed state, and nothing is double-spent.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn a_second_agent_fences_the_first(pool: PgPool) {
-    let first = TestAgent::start(&pool).await;
+async fn a_second_agent_fences_the_first(db: TestDb) {
+    let first = TestAgent::start(&db).await;
     let a = first.api();
     a.put_sku("acme", "drop", json!({"total": 2})).await;
     assert_eq!(a.reserve("k1", "u1", "drop").await.0, StatusCode::CREATED);
 
-    let second = TestAgent::start(&pool).await;
+    let second = TestAgent::start(&db).await;
     let b = second.api();
     let (status, body) = a.reserve("k2", "u2", "drop").await;
     assert_eq!(
@@ -284,13 +281,9 @@ async fn a_second_agent_fences_the_first(pool: PgPool) {
     assert_eq!(b.reserve("k3", "u3", "drop").await.0, StatusCode::CREATED);
     assert_eq!(b.reserve("k4", "u4", "drop").await.1["outcome"], "SOLD_OUT");
     assert_eq!(b.action("k1", "confirm").await.0, StatusCode::OK);
-    let rows: Vec<String> =
-        sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let rows = reservation_keys(&db).await;
     assert_eq!(rows, vec!["k1", "k3"]);
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.total, s.sold, s.held, s.available), (2, 1, 1, 0));
     first.stop().await;
@@ -299,23 +292,20 @@ async fn a_second_agent_fences_the_first(pool: PgPool) {
 
 /// Goal: at start, a SKU whose counters disagree with its rows is stopped
 /// (503 PAUSED) and shows in the audit, while other SKUs sell normally.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn drift_found_at_start_stops_only_that_sku(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn drift_found_at_start_stops_only_that_sku(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
     api.put_sku("acme", "calm", json!({"total": 10})).await;
     api.reserve("k1", "u1", "drop").await;
     agent.stop().await;
     // Balanced counters that no longer match the rows.
-    sqlx::query(
+    db.execute(
         "UPDATE sku_stock SET held = held - 1, available = available + 1 WHERE sku = 'drop'",
     )
-    .execute(&pool)
-    .await
-    .unwrap();
+    .await;
 
-    let agent = TestAgent::start(&pool).await;
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     let (status, body) = api.reserve("k2", "u2", "drop").await;
     assert_eq!(
@@ -334,12 +324,11 @@ async fn drift_found_at_start_stops_only_that_sku(pool: PgPool) {
     assert_eq!(audit["drift_total"], 1);
     let (_, sku) = api.admin_get("/v1/admin/skus/acme/drop").await;
     assert_eq!(sku["halted"], true);
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sku = 'drop'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows = db
+        .int("SELECT count(*) FROM reservations WHERE sku = 'drop'")
+        .await;
     assert_eq!(rows, 1, "nothing sold on the drifted SKU");
     // The SKU that did not drift still balances.
-    assert_balanced(&stored(&pool, "calm").await);
+    assert_balanced(&stored(&db, "calm").await);
     agent.stop().await;
 }

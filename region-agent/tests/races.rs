@@ -1,5 +1,6 @@
-//! Concurrency against the real PostgreSQL through real HTTP: the races the
-//! design must win, each checked by counts, statuses and the invariant.
+//! Concurrency against a real database through real HTTP: the races the
+//! design must win, each checked by counts, statuses and the invariant, on
+//! PostgreSQL and on SQLite.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -10,17 +11,23 @@ use std::sync::Arc;
 
 use common::*;
 use escrow_core::{Sku, Tenant};
-use region_agent::store::postgres::PgStore;
 use region_agent::store::{Batch, Store};
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
+
+conformance!(
+    two_thousand_buyers_for_one_hundred_units,
+    one_key_thirty_two_times_is_one_hold,
+    one_user_sixteen_keys_is_one_hold,
+    confirm_racing_expiry_resolves_each_hold_once,
+    release_twice_and_release_racing_expiry_return_once,
+    concurrent_and_killed_sweeps_return_each_unit_once,
+);
 
 /// Goal: 2,000 concurrent buyers for 100 units get exactly 100 holds and
 /// every other buyer a final SOLD_OUT; counters, rows and audit agree.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn two_thousand_buyers_for_one_hundred_units(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn two_thousand_buyers_for_one_hundred_units(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     assert_eq!(
         api.put_sku("acme", "drop", json!({"total": 100})).await.0,
@@ -65,14 +72,10 @@ async fn two_thousand_buyers_for_one_hundred_units(pool: PgPool) {
     assert_eq!(by_status[&StatusCode::CREATED], 100);
     assert_eq!(by_status[&StatusCode::CONFLICT], 1_900);
 
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.rows_held), (0, 100, 100));
-    let rows: Vec<String> =
-        sqlx::query_scalar("SELECT request_key FROM reservations ORDER BY request_key")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let rows = reservation_keys(&db).await;
     held_keys.sort();
     assert_eq!(rows, held_keys, "the rows are exactly the 201 answers");
     api.assert_no_drift().await;
@@ -80,9 +83,8 @@ async fn two_thousand_buyers_for_one_hundred_units(pool: PgPool) {
 }
 
 /// Goal: one key sent 32 times at once yields one hold and 31 replays of it.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn one_key_thirty_two_times_is_one_hold(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn one_key_thirty_two_times_is_one_hold(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
     let answers = futures_join(32, |_| {
@@ -104,7 +106,7 @@ async fn one_key_thirty_two_times_is_one_hold(pool: PgPool) {
         assert_eq!(body["reservation"]["request_key"], "same-key");
         assert_eq!(body["reservation"]["status"], "HELD");
     }
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held), (9, 1));
     agent.stop().await;
@@ -112,9 +114,8 @@ async fn one_key_thirty_two_times_is_one_hold(pool: PgPool) {
 
 /// Goal: sixteen keys of one user at once yield one hold and fifteen
 /// USER_LIMIT; the same key for another user is KEY_REUSED; one unit taken.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
-    let agent = TestAgent::start(&pool).await;
+async fn one_user_sixteen_keys_is_one_hold(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 100})).await;
     let answers = futures_join(16, |i| {
@@ -181,10 +182,9 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
         StatusCode::UNPROCESSABLE_ENTITY,
         "same key, other quantity"
     );
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sku = 'other'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = db
+        .int("SELECT count(*) FROM reservations WHERE sku = 'other'")
+        .await;
     assert_eq!(count, 1, "KEY_REUSED wrote nothing");
 
     // Once bob's hold is released he may reserve again.
@@ -194,7 +194,7 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
         StatusCode::CREATED
     );
 
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.rows_released), (99, 1, 1));
     agent.stop().await;
@@ -203,9 +203,8 @@ async fn one_user_sixteen_keys_is_one_hold(pool: PgPool) {
 /// Goal: 200 confirms racing the clock passing their expiry each end SOLD
 /// or EXPIRED exactly once, the answer matches the row, and only expired
 /// units came back.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn confirm_racing_expiry_resolves_each_hold_once(pool: PgPool) {
-    let agent = TestAgent::start_manual(&pool).await;
+async fn confirm_racing_expiry_resolves_each_hold_once(db: TestDb) {
+    let agent = TestAgent::start_manual(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 200, "hold_ttl_ms": 1000}))
         .await;
@@ -233,7 +232,7 @@ async fn confirm_racing_expiry_resolves_each_hold_once(pool: PgPool) {
     eventually(
         "a first confirm commits",
         std::time::Duration::from_secs(10),
-        async || stored(&pool, "drop").await.rows_sold > 0,
+        async || stored(&db, "drop").await.rows_sold > 0,
     )
     .await;
     clock.advance(1_000);
@@ -256,7 +255,7 @@ async fn confirm_racing_expiry_resolves_each_hold_once(pool: PgPool) {
     println!("200 confirms racing expiry: {sold} SOLD, {expired} EXPIRED");
     assert_eq!(sold + expired, 200);
     assert!(sold > 0);
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.sold, s.available, s.held), (sold, expired, 0));
     assert_eq!(s.rows_expired, expired);
@@ -264,9 +263,8 @@ async fn confirm_racing_expiry_resolves_each_hold_once(pool: PgPool) {
 }
 
 /// Goal: release twice, and release racing expiry, return the unit once.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
-    let agent = TestAgent::start_manual(&pool).await;
+async fn release_twice_and_release_racing_expiry_return_once(db: TestDb) {
+    let agent = TestAgent::start_manual(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 100, "hold_ttl_ms": 1000}))
         .await;
@@ -283,7 +281,7 @@ async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
     assert!(answers
         .iter()
         .all(|(s, b)| *s == StatusCode::OK && b["status"] == "RELEASED"));
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held), (50, 50));
 
@@ -304,7 +302,7 @@ async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
     eventually(
         "a first release commits",
         std::time::Duration::from_secs(10),
-        async || stored(&pool, "drop").await.rows_released > 50,
+        async || stored(&db, "drop").await.rows_released > 50,
     )
     .await;
     clock.advance(1_000);
@@ -320,10 +318,10 @@ async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
     eventually(
         "sweep settles",
         std::time::Duration::from_secs(5),
-        async || stored(&pool, "drop").await.held == 0,
+        async || stored(&db, "drop").await.held == 0,
     )
     .await;
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!(
         (s.available, s.held, s.rows_released + s.rows_expired),
@@ -334,9 +332,8 @@ async fn release_twice_and_release_racing_expiry_return_once(pool: PgPool) {
 
 /// Goal: two expiry sweeps running concurrently on the same rows, and a
 /// sweep killed mid-transaction then re-run, return each unit exactly once.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn concurrent_and_killed_sweeps_return_each_unit_once(pool: PgPool) {
-    let agent = TestAgent::start_manual(&pool).await;
+async fn concurrent_and_killed_sweeps_return_each_unit_once(db: TestDb) {
+    let agent = TestAgent::start_manual(&db).await;
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 300, "hold_ttl_ms": 1000}))
         .await;
@@ -349,18 +346,11 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(pool: PgPool) {
     agent.stop().await;
 
     // A sweep killed halfway: its connection dies before COMMIT.
-    let mut conn = pool.acquire().await.unwrap().detach();
-    use sqlx::Connection;
-    let mut tx = conn.begin().await.unwrap();
-    sqlx::query(
+    db.uncommitted(
         "UPDATE reservations SET status = 'EXPIRED' WHERE status = 'HELD' AND request_key < 'k2'",
     )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    std::mem::forget(tx);
-    drop(conn);
-    let s = stored(&pool, "drop").await;
+    .await;
+    let s = stored(&db, "drop").await;
     assert_eq!(
         (s.held, s.rows_expired),
         (300, 0),
@@ -368,8 +358,8 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(pool: PgPool) {
     );
 
     // Two sweeps at once, each in its own transaction.
-    let store = Arc::new(PgStore::new(pool.clone()));
-    let sweep = |store: Arc<PgStore>| async move {
+    let (store, _) = open_store(&db).await;
+    let sweep = |store: Arc<dyn Store>| async move {
         let mut batch = Batch::new(
             Tenant::parse("acme").unwrap(),
             Sku::parse("drop").unwrap(),
@@ -383,7 +373,7 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(pool: PgPool) {
     println!("concurrent sweeps expired {a} + {b}, re-run {again}");
     assert_eq!(a + b, 300);
     assert_eq!(again, 0);
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.rows_expired), (300, 0, 300));
 }

@@ -16,22 +16,25 @@ use std::sync::Arc;
 
 use common::*;
 use escrow_core::{Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, Transition, UserId};
-use region_agent::store::postgres::PgStore;
 use region_agent::store::{Batch, Epoch, NewHold, Store, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
 use test_support::log::Captured;
 use tokio::sync::Barrier;
+
+conformance!(
+    extend_and_confirm_at_once_never_fail_the_batch,
+    one_batch_applies_each_keys_transitions_in_order,
+    an_impossible_order_commits_nothing,
+);
 
 /// Goal: 300 buyers each sending `extend` and `confirm` for their hold at
 /// the same moment, while 600 new buyers reserve, all get a definite
 /// answer: no 503, no failed commit, no reload; counters equal rows.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn extend_and_confirm_at_once_never_fail_the_batch(pool: PgPool) {
+async fn extend_and_confirm_at_once_never_fail_the_batch(db: TestDb) {
     // Warnings, errors, and the owner's "reloaded after a failed commit".
     let (log, _log_guard) = Captured::on_this_thread(&["reload"]);
-    let agent = TestAgent::start(&pool).await;
+    let agent = TestAgent::start(&db).await;
     let api = agent.api();
     assert_eq!(
         api.put_sku("acme", "drop", json!({"total": 600})).await.0,
@@ -116,14 +119,13 @@ async fn extend_and_confirm_at_once_never_fail_the_batch(pool: PgPool) {
         "{view}"
     );
 
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.sold), (0, 300, 300));
     assert_eq!((s.rows_held, s.rows_sold, s.rows_released), (300, 300, 0));
-    let extended_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE extended")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let extended_rows = db
+        .int("SELECT count(*) FROM reservations WHERE extended")
+        .await;
     assert_eq!(extended_rows, extended, "every 200 extend is in its row");
     api.assert_no_drift().await;
     agent.stop().await;
@@ -133,9 +135,8 @@ async fn extend_and_confirm_at_once_never_fail_the_batch(pool: PgPool) {
 /// (extend then confirm, extend then release, an expiry decided by an
 /// action) beside a sweep at the same instant, and the sweep expires only
 /// the due holds no transition settled.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn one_batch_applies_each_keys_transitions_in_order(pool: PgPool) {
-    let (store, epoch) = store_with_sku(&pool, 10).await;
+async fn one_batch_applies_each_keys_transitions_in_order(db: TestDb) {
+    let (store, epoch) = store_with_sku(&db, 10).await;
     let now = 1_000_000;
     // `due` and `swept` expire at `now`; the others later.
     let holds = [
@@ -145,7 +146,7 @@ async fn one_batch_applies_each_keys_transitions_in_order(pool: PgPool) {
         ("swept", now),
         ("kept", now + 5_000),
     ];
-    commit_holds(&store, epoch, now - 1_000, &holds).await;
+    commit_holds(&*store, epoch, now - 1_000, &holds).await;
 
     let mut batch = batch_at(now);
     let extend = Transition::Extend {
@@ -163,15 +164,15 @@ async fn one_batch_applies_each_keys_transitions_in_order(pool: PgPool) {
     let swept: Vec<&str> = outcome.expired.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(swept, ["swept"], "the sweep leaves settled holds alone");
 
-    let rows: Vec<(String, String, bool)> = sqlx::query_as(
-        "SELECT request_key, status, extended FROM reservations ORDER BY request_key",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let rows = db
+        .text_rows(
+            "SELECT request_key, status, CASE WHEN extended THEN 'extended' ELSE '-' END \
+             FROM reservations ORDER BY request_key",
+        )
+        .await;
     let rows: Vec<(&str, &str, bool)> = rows
         .iter()
-        .map(|(k, s, e)| (k.as_str(), s.as_str(), *e))
+        .map(|row| (row[0].as_str(), row[1].as_str(), row[2] == "extended"))
         .collect();
     assert_eq!(
         rows,
@@ -183,25 +184,24 @@ async fn one_batch_applies_each_keys_transitions_in_order(pool: PgPool) {
             ("swept", "EXPIRED", false),
         ]
     );
-    let s = stored(&pool, "drop").await;
+    let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.sold), (8, 1, 1));
 }
 
 /// Goal: a batch whose decisions are impossible in order (confirm then
 /// release, release twice) is refused whole: nothing of it is written.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
-async fn an_impossible_order_commits_nothing(pool: PgPool) {
-    let (store, epoch) = store_with_sku(&pool, 10).await;
+async fn an_impossible_order_commits_nothing(db: TestDb) {
+    let (store, epoch) = store_with_sku(&db, 10).await;
     let now = 1_000_000;
     commit_holds(
-        &store,
+        &*store,
         epoch,
         now,
         &[("a", now + 5_000), ("b", now + 5_000)],
     )
     .await;
-    let before = stored(&pool, "drop").await;
+    let before = stored(&db, "drop").await;
 
     let sequences = [
         [
@@ -223,7 +223,7 @@ async fn an_impossible_order_commits_nothing(pool: PgPool) {
             matches!(refused, Err(StoreError::Conflict(_))),
             "{transitions:?}: {refused:?}"
         );
-        assert_eq!(stored(&pool, "drop").await, before, "nothing written");
+        assert_eq!(stored(&db, "drop").await, before, "nothing written");
     }
     assert_balanced(&before);
     assert_eq!((before.available, before.held, before.rows_held), (8, 2, 2));
@@ -242,8 +242,8 @@ fn batch_at(now_ms: u64) -> Batch {
 }
 
 /// A store whose region lease is taken, holding SKU acme/drop of `total` units.
-async fn store_with_sku(pool: &PgPool, total: u64) -> (PgStore, Epoch) {
-    let store = PgStore::new(pool.clone());
+async fn store_with_sku(db: &TestDb, total: u64) -> (Arc<dyn Store>, Epoch) {
+    let (store, _) = open_store(db).await;
     let epoch = store
         .take_lease(&RegionName::parse("eu").unwrap())
         .await
@@ -257,7 +257,7 @@ async fn store_with_sku(pool: &PgPool, total: u64) -> (PgStore, Epoch) {
 }
 
 /// Commits one-unit holds, one user per key, each until its given expiry.
-async fn commit_holds(store: &PgStore, epoch: Epoch, now_ms: u64, holds: &[(&str, u64)]) {
+async fn commit_holds(store: &dyn Store, epoch: Epoch, now_ms: u64, holds: &[(&str, u64)]) {
     let mut batch = batch_at(now_ms);
     batch.holds = holds
         .iter()

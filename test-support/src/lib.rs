@@ -1,8 +1,9 @@
 //! What the integration tests of the coordinator and the region agent share.
 //!
-//! Both test trees drive real services over loopback HTTP against real
-//! PostgreSQL; the helpers that do not depend on either service live here
-//! once: the API client ([`api`]), waiting on a condition with a deadline
+//! Both test trees drive real services over loopback HTTP against a real
+//! database; the helpers that do not depend on either service live here
+//! once: the API client ([`api`]), one test source run on PostgreSQL and
+//! on SQLite ([`backend`]), waiting on a condition with a deadline
 //! ([`poll`]), a service served in the test's process ([`serve`]), child
 //! processes and their sockets ([`process`]), requests written by hand
 //! ([`raw`]), database URLs ([`db`]) and capturing what a service logs
@@ -12,6 +13,7 @@
 #![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
 
 pub mod api;
+pub mod backend;
 pub mod db;
 pub mod log;
 pub mod poll;
@@ -20,7 +22,11 @@ pub mod raw;
 pub mod serve;
 
 pub use api::{client, Api, Final, ACME_KEY, ADMIN, OTHER_KEY};
+pub use backend::{Backend, Locked, TestDb};
 pub use db::{database_url, server_url};
 pub use poll::eventually;
 pub use process::{binary, free_port, service, wait_ready, Proc};
 pub use serve::Served;
+/// The driver the backend macro's expansion names, so a test crate need
+/// not depend on sqlx itself.
+pub use sqlx;

@@ -20,9 +20,10 @@ pub struct Captured {
 }
 
 impl Captured {
-    /// Captures this thread's events until the guard drops. Under
-    /// `#[sqlx::test]` the test and every task it spawns run on one thread,
-    /// so that is everything the services started by the test log.
+    /// Captures this thread's events until the guard drops. Both backends'
+    /// runners ([`crate::on_both_backends!`]) run the test and every task it
+    /// spawns on one thread, so that is everything the services started by
+    /// the test log.
     pub fn on_this_thread(also: &[&'static str]) -> (Self, DefaultGuard) {
         let captured = Self {
             lines: Arc::default(),

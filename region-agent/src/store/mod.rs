@@ -2,11 +2,18 @@
 //!
 //! Everything the agent persists goes through [`Store`]: taking the region's
 //! fencing epoch, loading SKUs at start, committing one owner's batch in a
-//! single transaction, and the reads that answer buyers and admins. The
-//! PostgreSQL implementation is in [`postgres`]; an embedded backend can
-//! implement the same trait without touching the owners or the HTTP layer.
+//! single transaction, and the reads that answer buyers and admins. Two
+//! backends implement it with the same guarantees: [`postgres`] (the
+//! production choice, a server) and [`sqlite`] (an embedded file, the
+//! default when no URL is given). [`open`] picks one by the URL's scheme.
+//! No backend's error type crosses this interface: each maps its errors
+//! into [`StoreError`].
 
 pub mod postgres;
+mod rows;
+pub mod sqlite;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use escrow_core::protocol::TransferMsg;
@@ -31,9 +38,32 @@ pub enum StoreError {
     /// The database belongs to another region.
     #[error("database belongs to region {0}")]
     WrongRegion(String),
-    /// The database could not be reached or failed.
+    /// The database could not be reached or failed; the backend's message.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(String),
+}
+
+/// Opens the store `url` names, creating and migrating its schema:
+/// `postgres://` or `postgresql://` for [`postgres::PgStore`] with
+/// `pool_size` connections, `sqlite://PATH` for [`sqlite::SqliteStore`]
+/// (the file is created if missing) with `pool_size` readers beside its
+/// one writer.
+pub async fn open(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::connect(url, pool_size).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open(url, pool_size).await?))
+    } else {
+        Err(StoreError::Database(
+            "unsupported database URL: expected postgres://... or sqlite://PATH".into(),
+        ))
+    }
+}
+
+/// A driver error as a [`StoreError`]: both backends speak sqlx, and its
+/// error type stays behind the trait.
+pub(crate) fn database(error: sqlx::Error) -> StoreError {
+    StoreError::Database(error.to_string())
 }
 
 /// Where a database's stock came from (see [`Store::provenance`]).

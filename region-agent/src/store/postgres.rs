@@ -9,20 +9,21 @@
 //! one transaction: all of it or none.
 
 use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use escrow_core::protocol::TransferMsg;
-use escrow_core::{
-    Ledger, Mode, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant,
-    Transition, TtlMs, UserId,
-};
-use sqlx::postgres::{PgPool, PgRow};
+use escrow_core::{Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
+use super::rows::{
+    self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
+};
 use super::{
-    AuditRow, Batch, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange, Store, StoreError,
-    SyncSnapshot,
+    database, AuditRow, Batch, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange, Store,
+    StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent.
@@ -39,6 +40,26 @@ impl PgStore {
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
     }
+
+    /// Connects to `url` with `pool_size` connections and applies the
+    /// agent's migrations.
+    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, StoreError> {
+        // A statement that hangs must fail rather than hold an owner (and shutdown) forever.
+        let options = PgConnectOptions::from_str(url)
+            .map_err(database)?
+            .options([("statement_timeout", "10s")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(database)?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Database(format!("applying migrations: {e}")))?;
+        Ok(Self::new(pool))
+    }
 }
 
 fn ts(ms: u64) -> DateTime<Utc> {
@@ -46,58 +67,27 @@ fn ts(ms: u64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms as i64).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-fn bad_row(what: &str) -> StoreError {
-    StoreError::Conflict(format!("stored row violates its type: {what}"))
-}
-
-fn reservation_from(row: &PgRow) -> Result<Reservation, StoreError> {
-    let status: String = row.try_get("status")?;
-    let qty: i32 = row.try_get("qty")?;
-    let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
-    let key: String = row.try_get("request_key")?;
-    let user: String = row.try_get("user_id")?;
-    let sku: String = row.try_get("sku")?;
-    Ok(Reservation {
-        request_key: RequestKey::parse(&key).map_err(|_| bad_row("request_key"))?,
-        user_id: UserId::parse(&user).map_err(|_| bad_row("user_id"))?,
-        sku: Sku::parse(&sku).map_err(|_| bad_row("sku"))?,
-        qty: Qty::from_stored(u32::try_from(qty).map_err(|_| bad_row("qty"))?),
-        status: Status::parse(&status).ok_or_else(|| bad_row("status"))?,
-        expires_at_ms: u64::try_from(expires_at.timestamp_millis())
-            .map_err(|_| bad_row("expires_at"))?,
-        extended: row.try_get("extended")?,
-    })
-}
-
-fn counter(row: &PgRow, name: &str) -> Result<u64, StoreError> {
-    let value: i64 = row.try_get(name)?;
-    u64::try_from(value).map_err(|_| bad_row(name))
-}
-
-fn sku_record_from(row: &PgRow) -> Result<SkuRecord, StoreError> {
-    let tenant: String = row.try_get("tenant")?;
-    let sku: String = row.try_get("sku")?;
-    let max_per_user: i32 = row.try_get("max_per_user")?;
-    let hold_ttl_ms: i64 = row.try_get("hold_ttl_ms")?;
-    Ok(SkuRecord {
-        tenant: Tenant::parse(&tenant).map_err(|_| bad_row("tenant"))?,
-        sku: Sku::parse(&sku).map_err(|_| bad_row("sku"))?,
-        ledger: Ledger {
-            available: counter(row, "available")?,
-            held: counter(row, "held")?,
-            sold: counter(row, "sold")?,
-            received: counter(row, "received")?,
-            returned: counter(row, "returned")?,
-        },
-        settings: SkuSettings {
-            max_per_user: u32::try_from(max_per_user).map_err(|_| bad_row("max_per_user"))?,
-            hold_ttl: TtlMs::parse(hold_ttl_ms).map_err(|_| bad_row("hold_ttl_ms"))?,
-        },
-        paused: row.try_get("paused")?,
-        mode: Mode::parse(&row.try_get::<String, _>("mode")?).ok_or_else(|| bad_row("mode"))?,
-        rows_held: counter(row, "rows_held")?,
-        rows_sold: counter(row, "rows_sold")?,
-    })
+impl Columns for PgRow {
+    fn int(&self, name: &str) -> Result<i64, StoreError> {
+        // Counters are bigint, settings and quantities integer.
+        match self.try_get::<i64, _>(name) {
+            Ok(value) => Ok(value),
+            Err(_) => self
+                .try_get::<i32, _>(name)
+                .map(i64::from)
+                .map_err(database),
+        }
+    }
+    fn text(&self, name: &str) -> Result<String, StoreError> {
+        self.try_get(name).map_err(database)
+    }
+    fn flag(&self, name: &str) -> Result<bool, StoreError> {
+        self.try_get(name).map_err(database)
+    }
+    fn millis(&self, name: &str) -> Result<i64, StoreError> {
+        let at: DateTime<Utc> = self.try_get(name).map_err(database)?;
+        Ok(at.timestamp_millis())
+    }
 }
 
 const SKU_SELECT: &str = "
@@ -117,7 +107,8 @@ async fn check_lease(tx: &mut Transaction<'_, Postgres>, epoch: Epoch) -> Result
     let row = sqlx::query("SELECT 1 FROM region_lease WHERE epoch = $1 FOR SHARE")
         .bind(epoch.0)
         .fetch_optional(&mut **tx)
-        .await?;
+        .await
+        .map_err(database)?;
     row.map(|_| ()).ok_or(StoreError::Fenced)
 }
 
@@ -225,7 +216,8 @@ async fn apply_round(
             .bind(keys)
             .bind(now)
             .execute(&mut **tx)
-            .await?
+            .await
+            .map_err(database)?
             .rows_affected();
         if changed != keys.len() as u64 {
             return Err(StoreError::Conflict(format!(
@@ -257,7 +249,8 @@ async fn apply_round(
         .bind(&extend_until)
         .bind(now)
         .execute(&mut **tx)
-        .await?
+        .await
+        .map_err(database)?
         .rows_affected();
         if changed != extend_keys.len() as u64 {
             return Err(StoreError::Conflict(format!(
@@ -300,12 +293,12 @@ async fn insert_holds(
     .bind(&expiries)
     .bind(ts(batch.now_ms))
     .fetch_all(&mut **tx)
-    .await?;
+    .await.map_err(database)?;
     let mut inserted = vec![false; batch.holds.len()];
     let index_of: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     for row in &rows {
-        let key: String = row.try_get("request_key")?;
-        let qty: i32 = row.try_get("qty")?;
+        let key: String = row.try_get("request_key").map_err(database)?;
+        let qty: i32 = row.try_get("qty").map_err(database)?;
         let index = *index_of
             .get(key.as_str())
             .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
@@ -330,17 +323,15 @@ async fn sweep(
     .bind(batch.sku.as_str())
     .bind(ts(batch.now_ms))
     .fetch_all(&mut **tx)
-    .await?;
+    .await
+    .map_err(database)?;
     let mut expired = Vec::with_capacity(rows.len());
     for row in &rows {
-        let key: String = row.try_get("request_key")?;
-        let qty: i32 = row.try_get("qty")?;
+        let key: String = row.try_get("request_key").map_err(database)?;
+        let qty: i32 = row.try_get("qty").map_err(database)?;
         deltas.held -= i64::from(qty);
         deltas.available += i64::from(qty);
-        expired.push((
-            RequestKey::parse(&key).map_err(|_| bad_row("request_key"))?,
-            Qty::from_stored(u32::try_from(qty).map_err(|_| bad_row("qty"))?),
-        ));
+        expired.push((request_key(&key)?, rows::qty(i64::from(qty))?));
     }
     Ok(expired)
 }
@@ -370,7 +361,8 @@ async fn apply_changes(
                 .bind(settings.max_per_user as i32)
                 .bind(settings.hold_ttl.get() as i64)
                 .execute(&mut **tx)
-                .await?;
+                .await
+                .map_err(database)?;
             }
             StockChange::Mode(mode) => {
                 sqlx::query("UPDATE sku_stock SET mode = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
@@ -378,7 +370,7 @@ async fn apply_changes(
                     .bind(batch.sku.as_str())
                     .bind(mode.as_str())
                     .execute(&mut **tx)
-                    .await?;
+                    .await.map_err(database)?;
             }
             StockChange::Pause(paused) => {
                 sqlx::query("UPDATE sku_stock SET paused = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
@@ -386,7 +378,7 @@ async fn apply_changes(
                     .bind(batch.sku.as_str())
                     .bind(paused)
                     .execute(&mut **tx)
-                    .await?;
+                    .await.map_err(database)?;
             }
         }
     }
@@ -416,13 +408,14 @@ async fn apply_grants(
     .bind(&ids)
     .bind(&units)
     .fetch_all(&mut **tx)
-    .await?;
+    .await
+    .map_err(database)?;
     let mut applied = Vec::with_capacity(rows.len());
     for row in &rows {
-        let units: i64 = row.try_get("units")?;
+        let units: i64 = row.try_get("units").map_err(database)?;
         deltas.received += units;
         deltas.available += units;
-        applied.push(row.try_get("id")?);
+        applied.push(row.try_get("id").map_err(database)?);
     }
     Ok(applied)
 }
@@ -440,7 +433,8 @@ async fn debit_returns(
             .bind(batch.sku.as_str())
             .bind(ret.units as i64)
             .execute(&mut **tx)
-            .await?;
+            .await
+            .map_err(database)?;
         deltas.returned += ret.units as i64;
         deltas.available -= ret.units as i64;
     }
@@ -450,12 +444,13 @@ async fn debit_returns(
 #[async_trait]
 impl Store for PgStore {
     async fn take_lease(&self, region: &RegionName) -> Result<Epoch, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin().await.map_err(database)?;
         let other: Option<String> =
             sqlx::query_scalar("SELECT region FROM region_lease WHERE region <> $1 LIMIT 1")
                 .bind(region.as_str())
                 .fetch_optional(&mut *tx)
-                .await?;
+                .await
+                .map_err(database)?;
         if let Some(other) = other {
             return Err(StoreError::WrongRegion(other));
         }
@@ -468,22 +463,25 @@ impl Store for PgStore {
         )
         .bind(region.as_str())
         .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .await
+        .map_err(database)?;
+        tx.commit().await.map_err(database)?;
         Ok(Epoch(epoch))
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1 FROM region_lease LIMIT 1")
             .fetch_optional(&self.pool)
-            .await?;
+            .await
+            .map_err(database)?;
         Ok(())
     }
 
     async fn load_skus(&self) -> Result<Vec<SkuRecord>, StoreError> {
         let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
             .fetch_all(&self.pool)
-            .await?;
+            .await
+            .map_err(database)?;
         rows.iter().map(sku_record_from).collect()
     }
 
@@ -492,7 +490,8 @@ impl Store for PgStore {
             .bind(tenant.as_str())
             .bind(sku.as_str())
             .fetch_optional(&self.pool)
-            .await?;
+            .await
+            .map_err(database)?;
         row.as_ref().map(sku_record_from).transpose()
     }
 
@@ -503,10 +502,9 @@ impl Store for PgStore {
         .bind(tenant.as_str())
         .bind(sku.as_str())
         .fetch_all(&self.pool)
-        .await?;
-        keys.iter()
-            .map(|k| RequestKey::parse(k).map_err(|_| bad_row("request_key")))
-            .collect()
+        .await
+        .map_err(database)?;
+        keys.iter().map(|k| request_key(k)).collect()
     }
 
     async fn create_sku(
@@ -517,7 +515,7 @@ impl Store for PgStore {
         settings: SkuSettings,
         total: u64,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin().await.map_err(database)?;
         check_lease(&mut tx, epoch).await?;
         let created = sqlx::query(
             "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
@@ -530,15 +528,15 @@ impl Store for PgStore {
         .bind(settings.max_per_user as i32)
         .bind(settings.hold_ttl.get() as i64)
         .execute(&mut *tx)
-        .await?
+        .await.map_err(database)?
         .rows_affected()
             == 1;
-        tx.commit().await?;
+        tx.commit().await.map_err(database)?;
         Ok(created)
     }
 
     async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin().await.map_err(database)?;
         check_lease(&mut tx, epoch).await?;
         let mut deltas = Deltas::default();
         // Decided transitions go first: the owner decided them on rows the
@@ -580,14 +578,14 @@ impl Store for PgStore {
                 sqlx::Error::Database(db) if db.is_check_violation() => {
                     StoreError::Conflict("counter update refused by a CHECK constraint".into())
                 }
-                other => StoreError::Database(other),
+                other => database(other),
             })?
             .rows_affected();
             if changed != 1 {
                 return Err(StoreError::Conflict("not enough units available".into()));
             }
         }
-        tx.commit().await?;
+        tx.commit().await.map_err(database)?;
         Ok(BatchOutcome {
             inserted,
             expired,
@@ -606,7 +604,8 @@ impl Store for PgStore {
         .bind(tenant.as_str())
         .bind(key.as_str())
         .fetch_optional(&self.pool)
-        .await?;
+        .await
+        .map_err(database)?;
         row.as_ref().map(reservation_from).transpose()
     }
 
@@ -622,7 +621,7 @@ impl Store for PgStore {
         .bind(tenant.as_str())
         .bind(&keys)
         .fetch_all(&self.pool)
-        .await?;
+        .await.map_err(database)?;
         rows.iter().map(reservation_from).collect()
     }
 
@@ -634,10 +633,12 @@ impl Store for PgStore {
              ORDER BY 1",
         )
         .fetch_all(&self.pool)
-        .await?;
+        .await
+        .map_err(database)?;
         let has_grants: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM applied_grants)")
             .fetch_one(&self.pool)
-            .await?;
+            .await
+            .map_err(database)?;
         Ok(Provenance {
             not_granted,
             has_grants,
@@ -645,13 +646,15 @@ impl Store for PgStore {
     }
 
     async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin().await.map_err(database)?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(database)?;
         let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
             .fetch_all(&mut *tx)
-            .await?;
+            .await
+            .map_err(database)?;
         let skus = rows
             .iter()
             .map(|row| sku_record_from(row).map(|r| (r.tenant, r.sku, r.ledger)))
@@ -659,23 +662,18 @@ impl Store for PgStore {
         let unconfirmed_grants =
             sqlx::query_scalar("SELECT id FROM applied_grants WHERE NOT confirmed ORDER BY id")
                 .fetch_all(&mut *tx)
-                .await?;
+                .await
+                .map_err(database)?;
         let pending_returns = sqlx::query(
             "SELECT id, tenant, sku, units FROM outbox_returns ORDER BY created_at, id",
         )
         .fetch_all(&mut *tx)
-        .await?
+        .await
+        .map_err(database)?
         .iter()
-        .map(|row| {
-            Ok(TransferMsg {
-                id: row.try_get("id")?,
-                tenant: row.try_get("tenant")?,
-                sku: row.try_get("sku")?,
-                units: counter(row, "units")?,
-            })
-        })
-        .collect::<Result<_, StoreError>>()?;
-        tx.commit().await?;
+        .map(transfer_from)
+        .collect::<Result<_, _>>()?;
+        tx.commit().await.map_err(database)?;
         Ok(SyncSnapshot {
             skus,
             unconfirmed_grants,
@@ -690,7 +688,8 @@ impl Store for PgStore {
             )
             .bind(ids)
             .execute(&self.pool)
-            .await?;
+            .await
+            .map_err(database)?;
         }
         Ok(())
     }
@@ -700,7 +699,8 @@ impl Store for PgStore {
             sqlx::query("DELETE FROM outbox_returns WHERE id = ANY($1)")
                 .bind(ids)
                 .execute(&self.pool)
-                .await?;
+                .await
+                .map_err(database)?;
         }
         Ok(())
     }
@@ -708,23 +708,8 @@ impl Store for PgStore {
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError> {
         let rows = sqlx::query(&format!("{SKU_SELECT} ORDER BY s.tenant, s.sku"))
             .fetch_all(&self.pool)
-            .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let get = |name: &str| row.try_get::<i64, _>(name);
-            let (available, held, sold) = (get("available")?, get("held")?, get("sold")?);
-            let total = get("received")? - get("returned")?;
-            out.push(AuditRow {
-                tenant: row.try_get("tenant")?,
-                sku: row.try_get("sku")?,
-                total,
-                available,
-                held,
-                sold,
-                drift: available + held + sold - total,
-                rows_drift: (get("rows_held")? - held).abs() + (get("rows_sold")? - sold).abs(),
-            });
-        }
-        Ok(out)
+            .await
+            .map_err(database)?;
+        rows.iter().map(audit_row_from).collect()
     }
 }

@@ -1,6 +1,7 @@
 //! The region agent's test harness: an agent on a loopback socket over a
-//! real PostgreSQL database, and what its database says. The API client,
-//! polling and process helpers come from `test-support`.
+//! real database (PostgreSQL or SQLite, see [`conformance!`]), and what
+//! its database says. The API client, polling, process helpers and the
+//! backend handle [`TestDb`] come from `test-support`.
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
@@ -12,10 +13,35 @@ use region_agent::auth::Auth;
 use region_agent::clock::{Clock, ManualClock, SystemClock};
 use region_agent::owner::Limits;
 use region_agent::store::postgres::PgStore;
+use region_agent::store::sqlite::SqliteStore;
 use region_agent::store::Store;
 use region_agent::{start, AgentSettings, AppState};
-use sqlx::PgPool;
 pub use test_support::*;
+
+/// Runs each `async fn NAME(db: TestDb)` named as `NAME::postgres` and
+/// `NAME::sqlite`, each on a fresh database with the agent's schema.
+#[macro_export]
+macro_rules! conformance {
+    ($($name:ident),+ $(,)?) => {
+        test_support::on_both_backends!(
+            postgres: region_agent::store::postgres::MIGRATOR,
+            sqlite: region_agent::store::sqlite::MIGRATOR;
+            $($name),+
+        );
+    };
+}
+
+/// A store on the test's database. On SQLite the concrete store too, which
+/// alone can tell whether a commit waits for the write lock.
+pub async fn open_store(db: &TestDb) -> (Arc<dyn Store>, Option<Arc<SqliteStore>>) {
+    match db.postgres_pool() {
+        Some(pool) => (Arc::new(PgStore::new(pool.clone())), None),
+        None => {
+            let store = Arc::new(SqliteStore::open(db.url(), 4).await.unwrap());
+            (store.clone(), Some(store))
+        }
+    }
+}
 
 pub fn limits() -> Limits {
     Limits {
@@ -45,27 +71,24 @@ pub struct TestAgent {
     pub url: String,
     pub state: AppState,
     pub clock: Option<Arc<ManualClock>>,
+    sqlite: Option<Arc<SqliteStore>>,
     served: Served,
 }
 
 impl TestAgent {
     /// An agent on the system clock.
-    pub async fn start(pool: &PgPool) -> Self {
-        Self::start_with(pool, limits(), None).await
+    pub async fn start(db: &TestDb) -> Self {
+        Self::start_with(db, limits(), None).await
     }
 
     /// An agent on a manual clock starting at the current time.
-    pub async fn start_manual(pool: &PgPool) -> Self {
+    pub async fn start_manual(db: &TestDb) -> Self {
         let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
-        Self::start_with(pool, limits(), Some(clock)).await
+        Self::start_with(db, limits(), Some(clock)).await
     }
 
-    pub async fn start_with(
-        pool: &PgPool,
-        limits: Limits,
-        clock: Option<Arc<ManualClock>>,
-    ) -> Self {
-        let store: Arc<dyn Store> = Arc::new(PgStore::new(pool.clone()));
+    pub async fn start_with(db: &TestDb, limits: Limits, clock: Option<Arc<ManualClock>>) -> Self {
+        let (store, sqlite) = open_store(db).await;
         let dyn_clock: Arc<dyn Clock> = match &clock {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock),
@@ -79,7 +102,24 @@ impl TestAgent {
             url: served.url.clone(),
             state,
             clock,
+            sqlite,
             served,
+        }
+    }
+
+    /// Waits until one of this agent's commits waits on a lock
+    /// ([`TestDb::lock_writes`]).
+    pub async fn wait_for_blocked_commit(&self, db: &TestDb) {
+        match &self.sqlite {
+            Some(store) => {
+                eventually(
+                    "a commit waits for the write lock",
+                    Duration::from_secs(10),
+                    async || store.writes_waiting() > 0,
+                )
+                .await
+            }
+            None => db.wait_for_lock_waiter().await,
         }
     }
 
@@ -110,33 +150,25 @@ pub struct Stored {
     pub rows_expired: i64,
 }
 
-pub async fn stored(pool: &PgPool, sku: &str) -> Stored {
-    let (available, held, sold, total): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT available, held, sold, received - returned FROM sku_stock WHERE tenant = 'acme' AND sku = $1",
-    )
-    .bind(sku)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let sum = |status: &'static str| {
-        let pool = pool.clone();
-        let sku = sku.to_owned();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT COALESCE(sum(qty), 0)::bigint FROM reservations WHERE tenant = 'acme' AND sku = $1 AND status = $2",
-            )
-            .bind(sku)
-            .bind(status)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+pub async fn stored(db: &TestDb, sku: &str) -> Stored {
+    let counters = db
+        .ints(&format!(
+            "SELECT available, held, sold, received - returned FROM sku_stock \
+             WHERE tenant = 'acme' AND sku = '{sku}'"
+        ))
+        .await;
+    let sum = async |status: &str| {
+        db.int(&format!(
+            "SELECT COALESCE(sum(qty), 0) FROM reservations \
+             WHERE tenant = 'acme' AND sku = '{sku}' AND status = '{status}'"
+        ))
+        .await
     };
     Stored {
-        available,
-        held,
-        sold,
-        total,
+        available: counters[0],
+        held: counters[1],
+        sold: counters[2],
+        total: counters[3],
         rows_held: sum("HELD").await,
         rows_sold: sum("SOLD").await,
         rows_released: sum("RELEASED").await,
@@ -151,34 +183,8 @@ pub fn assert_balanced(s: &Stored) {
     assert_eq!(s.sold, s.rows_sold, "{s:?}");
 }
 
-/// A connection holding every SKU's counter row locked, so an owner's next
-/// commit waits until `COMMIT` (or the connection's end) releases it.
-pub async fn lock_counters(pool: &PgPool) -> sqlx::PgConnection {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect_with(&pool.connect_options())
+/// The request keys of every reservation, sorted.
+pub async fn reservation_keys(db: &TestDb) -> Vec<String> {
+    db.texts("SELECT request_key FROM reservations ORDER BY request_key")
         .await
-        .unwrap();
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn
-}
-
-/// Waits until some statement waits on a lock (an owner's commit on
-/// [`lock_counters`]).
-pub async fn wait_for_lock_waiter(pool: &PgPool) {
-    eventually(
-        "a commit waits on the lock",
-        Duration::from_secs(10),
-        async || {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                .fetch_one(pool)
-                .await
-                .unwrap();
-            n > 0
-        },
-    )
-    .await;
 }

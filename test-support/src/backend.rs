@@ -1,0 +1,460 @@
+//! One test source, two database backends.
+//!
+//! A conformance test is an `async fn(TestDb)`; [`on_both_backends!`]
+//! instantiates it twice, as `NAME::postgres` (a fresh PostgreSQL database
+//! from `#[sqlx::test]`'s machinery, migrated) and `NAME::sqlite` (a fresh
+//! SQLite file in its own temporary directory, migrated). [`TestDb`] is
+//! what the test sees of its database: the URL to give a service, and
+//! portable SQL for what the test reads, writes behind the service's back,
+//! or locks.
+//!
+//! The PostgreSQL half is skipped, loudly, when no PostgreSQL is reachable
+//! and `ESCROW_REQUIRE_POSTGRES` is unset; with it set, an unreachable
+//! PostgreSQL fails every PostgreSQL test.
+//!
+//! [`on_both_backends!`]: crate::on_both_backends
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Connection, PgConnection, Row, SqliteConnection};
+
+use crate::db::database_url;
+use crate::poll::eventually;
+
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A PostgreSQL server's fresh database.
+    Postgres,
+    /// A fresh SQLite file.
+    Sqlite,
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// A test's own database, on either backend.
+#[derive(Debug)]
+pub struct TestDb {
+    url: String,
+    pool: Pool,
+    /// The SQLite file's directory, removed when the test passes.
+    dir: Option<PathBuf>,
+}
+
+/// How long a SQLite connection of a test waits for the write lock.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl TestDb {
+    /// The database `#[sqlx::test]`'s machinery made for this test.
+    pub fn postgres(pool: PgPool) -> Self {
+        Self {
+            url: database_url(&pool),
+            pool: Pool::Postgres(pool),
+            dir: None,
+        }
+    }
+
+    /// A fresh SQLite file in a new temporary directory, with `migrator`'s
+    /// schema.
+    pub async fn sqlite(migrator: &'static Migrator) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "escrow-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("agent.db").display());
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(sqlite_options(&url))
+            .await
+            .unwrap();
+        migrator.run(&pool).await.unwrap();
+        Self {
+            url,
+            pool: Pool::Sqlite(pool),
+            dir: Some(dir),
+        }
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Postgres(_) => Backend::Postgres,
+            Pool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The URL a service is given (`--database-url`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The PostgreSQL pool, for a store built on the test's own pool.
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    /// Every column of the one row `sql` returns, each an integer.
+    pub async fn ints(&self, sql: &str) -> Vec<i64> {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
+                (0..row.len()).map(|i| row.get::<i64, _>(i)).collect()
+            }
+            Pool::Sqlite(pool) => {
+                let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
+                (0..row.len()).map(|i| row.get::<i64, _>(i)).collect()
+            }
+        }
+    }
+
+    /// The one integer `sql` returns.
+    pub async fn int(&self, sql: &str) -> i64 {
+        self.ints(sql).await[0]
+    }
+
+    /// Every row `sql` returns, each column as text (write the SQL so
+    /// that every column is text on both backends).
+    pub async fn text_rows(&self, sql: &str) -> Vec<Vec<String>> {
+        match &self.pool {
+            Pool::Postgres(pool) => sqlx::query(sql)
+                .fetch_all(pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| (0..row.len()).map(|i| row.get::<String, _>(i)).collect())
+                .collect(),
+            Pool::Sqlite(pool) => sqlx::query(sql)
+                .fetch_all(pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| (0..row.len()).map(|i| row.get::<String, _>(i)).collect())
+                .collect(),
+        }
+    }
+
+    /// The first column of every row `sql` returns, as text.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        self.text_rows(sql)
+            .await
+            .into_iter()
+            .map(|mut row| row.swap_remove(0))
+            .collect()
+    }
+
+    /// Runs `sql` (a write behind the service's back); the rows it changed.
+    pub async fn execute(&self, sql: &str) -> u64 {
+        match &self.pool {
+            Pool::Postgres(pool) => sqlx::query(sql)
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected(),
+            Pool::Sqlite(pool) => sqlx::query(sql)
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected(),
+        }
+    }
+
+    /// Runs `sql` in a transaction whose connection then closes without
+    /// COMMIT, as a process that dies mid-transaction leaves it.
+    pub async fn uncommitted(&self, sql: &str) {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut conn = PgConnection::connect_with(&pool.connect_options())
+                    .await
+                    .unwrap();
+                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+                drop(conn);
+            }
+            Pool::Sqlite(_) => {
+                let mut conn = SqliteConnection::connect_with(&sqlite_options(&self.url))
+                    .await
+                    .unwrap();
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+                drop(conn);
+            }
+        }
+    }
+
+    /// A connection holding the write lock on every SKU's counters, so a
+    /// service's next commit waits until [`Locked::release`]. On
+    /// PostgreSQL the counter rows are locked `FOR UPDATE`; on SQLite the
+    /// file's one write lock is taken (`BEGIN IMMEDIATE`).
+    pub async fn lock_writes(&self) -> Locked {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut conn = PgConnection::connect_with(&pool.connect_options())
+                    .await
+                    .unwrap();
+                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+                sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                Locked::Postgres(conn)
+            }
+            Pool::Sqlite(_) => self.sqlite_lock("BEGIN IMMEDIATE").await,
+        }
+    }
+
+    /// A connection holding the strongest lock the backend has on the
+    /// agent's tables. On PostgreSQL no statement on them, read or write,
+    /// proceeds until [`Locked::release`]; on SQLite no write does (in WAL
+    /// mode a reader never waits for a writer, whatever its lock).
+    pub async fn lock_all(&self) -> Locked {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let mut conn = PgConnection::connect_with(&pool.connect_options())
+                    .await
+                    .unwrap();
+                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+                sqlx::query(
+                    "LOCK TABLE reservations, sku_stock, region_lease IN ACCESS EXCLUSIVE MODE",
+                )
+                .execute(&mut conn)
+                .await
+                .unwrap();
+                Locked::Postgres(conn)
+            }
+            Pool::Sqlite(_) => self.sqlite_lock("BEGIN EXCLUSIVE").await,
+        }
+    }
+
+    async fn sqlite_lock(&self, begin: &str) -> Locked {
+        let mut conn = SqliteConnection::connect_with(&sqlite_options(&self.url))
+            .await
+            .unwrap();
+        sqlx::query(begin).execute(&mut conn).await.unwrap();
+        Locked::Sqlite(conn)
+    }
+
+    /// On PostgreSQL, waits until some statement waits on a lock (a
+    /// service's commit on [`TestDb::lock_writes`]). SQLite shows no
+    /// waiter to another connection: the caller asks the store itself.
+    pub async fn wait_for_lock_waiter(&self) {
+        let Pool::Postgres(pool) = &self.pool else {
+            panic!("SQLite shows no lock waiters; ask the store (SqliteStore::writes_waiting)");
+        };
+        eventually(
+            "a commit waits on the lock",
+            Duration::from_secs(10),
+            async || {
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                n > 0
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(dir) = &self.dir else { return };
+        if std::thread::panicking() {
+            eprintln!("kept the failed test's SQLite file in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// How the tests open a SQLite file: as the agent does (WAL, synced
+/// commits) and waiting for the write lock rather than failing.
+fn sqlite_options(url: &str) -> SqliteConnectOptions {
+    SqliteConnectOptions::from_str(url)
+        .unwrap()
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+}
+
+/// A connection holding a lock until released.
+pub enum Locked {
+    /// A PostgreSQL connection in a transaction.
+    Postgres(PgConnection),
+    /// A SQLite connection in a transaction.
+    Sqlite(SqliteConnection),
+}
+
+impl Locked {
+    /// Commits, releasing the lock.
+    pub async fn release(self) {
+        match self {
+            Locked::Postgres(mut conn) => {
+                sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
+            }
+            Locked::Sqlite(mut conn) => {
+                sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Whether the PostgreSQL half runs: true if `DATABASE_URL` names a
+/// reachable server. If not, it panics when `ESCROW_REQUIRE_POSTGRES` is
+/// set, and otherwise says once, on the real stderr (past the test
+/// harness's capture), that the PostgreSQL tests are skipped.
+pub fn postgres_available() -> bool {
+    static REACHABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    let reachable = REACHABLE.get_or_init(|| {
+        let url = std::env::var("DATABASE_URL").unwrap_or_default();
+        if url.is_empty() {
+            return Err("DATABASE_URL is not set".into());
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&url)).await {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    Ok(())
+                }
+                Ok(Err(e)) => Err(format!("cannot connect: {e}")),
+                Err(_) => Err("connecting timed out after 5 s".into()),
+            }
+        })
+    });
+    let Err(reason) = reachable else {
+        return true;
+    };
+    let required =
+        std::env::var("ESCROW_REQUIRE_POSTGRES").is_ok_and(|v| !v.is_empty() && v != "0");
+    if required {
+        panic!("ESCROW_REQUIRE_POSTGRES is set and PostgreSQL is unreachable: {reason}");
+    }
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n*** SKIPPING the PostgreSQL half of {}: {reason}. \
+             Only SQLite is tested. Set ESCROW_REQUIRE_POSTGRES=1 to fail instead. ***\n",
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default()
+        );
+    });
+    false
+}
+
+/// Runs `test` on a fresh SQLite file made with `migrator`, on a
+/// current-thread runtime as `#[sqlx::test]` runs the PostgreSQL half.
+pub fn run_sqlite<F, Fut>(migrator: &'static Migrator, test: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move { test(TestDb::sqlite(migrator).await).await });
+}
+
+/// Instantiates each `async fn NAME(db: TestDb)` named twice:
+/// `NAME::postgres` on a fresh database of `DATABASE_URL`'s server
+/// migrated by `postgres:`, and `NAME::sqlite` on a fresh file migrated by
+/// `sqlite:`. Filter with `cargo test sqlite` or `cargo test postgres`. A
+/// test fn left out of the list is dead code, which the lints refuse.
+#[macro_export]
+macro_rules! on_both_backends {
+    (postgres: $pg:path, sqlite: $lite:path; $($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn postgres() {
+                    if !$crate::backend::postgres_available() {
+                        return;
+                    }
+                    async fn run(pool: $crate::sqlx::PgPool) {
+                        super::$name($crate::TestDb::postgres(pool)).await
+                    }
+                    let mut args =
+                        $crate::sqlx::testing::TestArgs::new(concat!(module_path!(), "::postgres"));
+                    args.migrator(&$pg);
+                    $crate::sqlx::testing::TestFn::run_test(
+                        run as fn($crate::sqlx::PgPool) -> _,
+                        args,
+                    )
+                }
+
+                #[test]
+                fn sqlite() {
+                    $crate::backend::run_sqlite(&$lite, super::$name)
+                }
+            }
+        )+
+    };
+}
+
+/// Instantiates each `async fn NAME(pool: PgPool)` named as
+/// `NAME::postgres` alone, for what exists only on PostgreSQL, on a fresh
+/// database (migrated by `migrator:` if given), skipped like the
+/// PostgreSQL half of [`on_both_backends!`] when no server is reachable.
+#[macro_export]
+macro_rules! postgres_only {
+    (@test $name:ident, $setup:expr) => {
+        mod $name {
+            #[test]
+            fn postgres() {
+                if !$crate::backend::postgres_available() {
+                    return;
+                }
+                let mut args =
+                    $crate::sqlx::testing::TestArgs::new(concat!(module_path!(), "::postgres"));
+                ($setup)(&mut args);
+                $crate::sqlx::testing::TestFn::run_test(
+                    super::$name as fn($crate::sqlx::PgPool) -> _,
+                    args,
+                )
+            }
+        }
+    };
+    (migrator: $pg:path; $($name:ident),+ $(,)?) => {
+        $(
+            $crate::postgres_only!(
+                @test $name,
+                |args: &mut $crate::sqlx::testing::TestArgs| args.migrator(&$pg)
+            );
+        )+
+    };
+    ($($name:ident),+ $(,)?) => {
+        $(
+            $crate::postgres_only!(@test $name, |_: &mut $crate::sqlx::testing::TestArgs| ());
+        )+
+    };
+}
