@@ -11,7 +11,7 @@ use crate::ids::{Qty, RequestKey, Sku, SkuSettings, Tenant, UserId};
 use crate::ledger::Ledger;
 use crate::policy::Mode;
 use crate::protocol::TransferMsg;
-use crate::reservation::Transition;
+use crate::reservation::{Reservation, Status, Transition};
 
 /// A hold the owner wants to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,21 @@ pub struct NewHold {
     pub qty: Qty,
     /// Expiry, ms since the epoch.
     pub expires_at_ms: u64,
+}
+
+impl NewHold {
+    /// The reservation this hold is once inserted.
+    pub fn reservation(&self, sku: &Sku) -> Reservation {
+        Reservation {
+            request_key: self.request_key.clone(),
+            user_id: self.user_id.clone(),
+            sku: sku.clone(),
+            qty: self.qty,
+            status: Status::Held,
+            expires_at_ms: self.expires_at_ms,
+            extended: false,
+        }
+    }
 }
 
 /// A change to a SKU's counters or settings that is not a reservation.

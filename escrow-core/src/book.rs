@@ -208,15 +208,7 @@ impl Book {
             self.ledger
                 .hold(hold.qty.units())
                 .map_err(|e| e.to_string())?;
-            let reservation = Reservation {
-                request_key: hold.request_key.clone(),
-                user_id: hold.user_id.clone(),
-                sku: self.sku.clone(),
-                qty: hold.qty,
-                status: Status::Held,
-                expires_at_ms: hold.expires_at_ms,
-                extended: false,
-            };
+            let reservation = hold.reservation(&self.sku);
             self.active_by_user
                 .insert(hold.user_id.clone(), hold.request_key.clone());
             self.reservations

@@ -487,7 +487,7 @@ impl Agent {
                     }
                     if self.queue.is_empty() && !self.owner.has_overflow() {
                         let now = now_ms(now_us);
-                        if self.owner.parked() > 0 && self.owner.poll_timeout() <= now {
+                        if self.owner.poll_timeout() <= now {
                             self.owner.handle_timeout(now);
                             continue;
                         }

@@ -26,6 +26,14 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("abandon-30", include_str!("../scenarios/abandon-30.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("tail-701", include_str!("../scenarios/tail-701.toml")),
+    (
+        "tail-spread-700",
+        include_str!("../scenarios/tail-spread-700.toml"),
+    ),
+    (
+        "tail-five-10k",
+        include_str!("../scenarios/tail-five-10k.toml"),
+    ),
 ];
 
 /// Why a scenario could not be used.

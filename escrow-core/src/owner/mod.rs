@@ -36,7 +36,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{units_to_return, Mode};
 use crate::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use crate::rate::RateMeter;
-use crate::reservation::{Refusal, Reservation, Status};
+use crate::reservation::{Refusal, Reservation};
 
 pub use gate::{gate, GateView};
 pub use messages::{
@@ -369,6 +369,7 @@ impl SkuOwner {
                 self.pending_changes.push(StockChange::Settings(settings));
             }
         }
+        let recalled = d.return_until > self.return_until.unwrap_or(0).max(self.ledger.returned);
         self.return_until = Some(d.return_until);
         self.sold_out_everywhere = d.sold_out;
         // Something moved: waiting requests may ask again at once.
@@ -377,6 +378,11 @@ impl SkuOwner {
             if !self.pending_grants.iter().any(|g| g.id == grant.id) {
                 self.pending_grants.push(grant);
             }
+        }
+        // A recall, a grant or a change to persist is worth a batch now,
+        // not at the next tick: another region's buyers may be waiting.
+        if recalled || !self.pending_grants.is_empty() || !self.pending_changes.is_empty() {
+            self.next_tick_ms = 0;
         }
     }
 
@@ -861,15 +867,7 @@ impl SkuOwner {
             .zip(&outcome.inserted)
         {
             if *inserted {
-                let r = Reservation {
-                    request_key: hold.request_key.clone(),
-                    user_id: hold.user_id.clone(),
-                    sku: self.sku.clone(),
-                    qty: hold.qty,
-                    status: Status::Held,
-                    expires_at_ms: hold.expires_at_ms,
-                    extended: false,
-                };
+                let r = hold.reservation(&self.sku);
                 self.reply(p.ticket, Reply::Reserve(ReserveReply::Held(r)));
             } else {
                 existing.push(p);
