@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::book::Book;
 use crate::ids::{Qty, UserId};
+use crate::reservation::Status;
 
 const START_MS: u64 = 1_000_000;
 
