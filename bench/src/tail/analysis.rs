@@ -201,13 +201,11 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
             .count() as u64
     });
 
-    let local_holds = totals.counters.take_granted_units.map(|granted| {
-        if held_units == 0 {
-            1.0
-        } else {
-            (1.0 - granted / held_units as f64).clamp(0.0, 1.0)
-        }
-    });
+    // Holds decided in a batch that did not ask the coordinator, as the
+    // agents count them: a unit that arrived by a take (with its prefetch)
+    // and sold in a later batch was decided locally.
+    let counted = totals.counters.local_path_holds + totals.counters.take_path_holds;
+    let local_holds = (counted > 0.0).then(|| totals.counters.local_path_holds / counted);
     let final_committed = totals.final_view.committed();
     let units = totals.units as i64;
     let oversold = (final_committed - units)
@@ -289,6 +287,8 @@ mod tests {
             drift_total: 0,
             counters: Counters {
                 take_granted_units: Some(5.0),
+                take_path_holds: 5.0,
+                local_path_holds: 5.0,
                 ..Counters::default()
             },
         }

@@ -59,6 +59,11 @@ pub struct Counters {
     pub take_granted_units: Option<f64>,
     /// The coordinator's `coordinator_tail_merges_total`.
     pub tail_merges: f64,
+    /// Sum of the agents' `escrow_holds_total{path="take"}`: holds decided
+    /// in a batch that asked the coordinator (paid a round trip).
+    pub take_path_holds: f64,
+    /// Sum of the agents' `escrow_holds_total{path="local"}`.
+    pub local_path_holds: f64,
 }
 
 impl Counters {
@@ -71,6 +76,8 @@ impl Counters {
                 .take_granted_units
                 .map(|n| n - earlier.take_granted_units.unwrap_or(0.0)),
             tail_merges: self.tail_merges - earlier.tail_merges,
+            take_path_holds: self.take_path_holds - earlier.take_path_holds,
+            local_path_holds: self.local_path_holds - earlier.local_path_holds,
         }
     }
 }
@@ -322,6 +329,8 @@ impl Cluster {
             take_granted_units: series_sum(&text, "coordinator_take_granted_units_total", None),
             tail_merges: series_sum(&text, "coordinator_tail_merges_total", None).unwrap_or(0.0),
             agent_holds: 0.0,
+            take_path_holds: 0.0,
+            local_path_holds: 0.0,
         };
         if counters.take_granted_units.is_none() && counters.takes == 0.0 {
             counters.take_granted_units = Some(0.0);
@@ -334,6 +343,9 @@ impl Cluster {
                 Some(("outcome", "HELD")),
             )
             .unwrap_or(0.0);
+            let path = |p| series_sum(&text, "escrow_holds_total", Some(("path", p))).unwrap_or(0.0);
+            counters.take_path_holds += path("take");
+            counters.local_path_holds += path("local");
         }
         Ok(counters)
     }
