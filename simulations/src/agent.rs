@@ -471,8 +471,10 @@ impl Agent {
                 }
                 Some(Io::Take(request)) => return self.send_take(now_us, request, out),
                 Some(Io::Commit(batch)) => {
+                    let rows = (batch.holds.len() + batch.transitions.len()) as u64;
+                    let took_us = self.cfg.commit_us + rows * self.cfg.commit_row_us;
                     self.committing = Some(batch);
-                    return out.push(self.timer(now_us + self.cfg.commit_us, Timer::CommitDone));
+                    return out.push(self.timer(now_us + took_us, Timer::CommitDone));
                 }
                 Some(Io::Reload) => {
                     let record = Self::record(&self.tenant, &self.book, self.mode);

@@ -233,6 +233,9 @@ pub struct AgentConfig {
     pub client_timeout_ms: u64,
     /// One commit of a batch (holds, grants, returns, expiries) in the agent's database.
     pub commit_us: u64,
+    /// What each hold or transition adds to its batch's commit (statements,
+    /// rows, the HTTP work around it), µs.
+    pub commit_row_us: u64,
     /// An answer given before the queue (the gate: sold-out flag, full queue).
     pub gate_us: u64,
     /// Most requests in one batch (`--max-in-flight`).
@@ -249,6 +252,7 @@ impl Default for AgentConfig {
             sync_interval_ms: 200,
             client_timeout_ms: 2_000,
             commit_us: 2_000,
+            commit_row_us: 50,
             gate_us: 50,
             batch_size_max: 256,
             max_waiting: 4_096,

@@ -206,6 +206,7 @@ pub fn case(seed: u64) -> SwarmCase {
             sync_interval_ms,
             client_timeout_ms: (rtt_max as u64) * 2 + g.range(50, 2_000),
             commit_us: g.range(100, 5_000),
+            commit_row_us: g.range(0, 200),
             gate_us: g.range(10, 100),
             batch_size_max: g.range(1, 64) as usize,
             max_waiting: g.range(1, 300) as usize,

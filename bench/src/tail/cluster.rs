@@ -343,7 +343,8 @@ impl Cluster {
                 Some(("outcome", "HELD")),
             )
             .unwrap_or(0.0);
-            let path = |p| series_sum(&text, "escrow_holds_total", Some(("path", p))).unwrap_or(0.0);
+            let path =
+                |p| series_sum(&text, "escrow_holds_total", Some(("path", p))).unwrap_or(0.0);
             counters.take_path_holds += path("take");
             counters.local_path_holds += path("local");
         }
