@@ -16,9 +16,9 @@
 //! yet applied, and the mode. Queues, the owner's memory, the batch in
 //! progress, takes and syncs in flight are lost.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
-use escrow_core::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
+use escrow_core::batch::{Batch, SkuRecord};
 use escrow_core::owner::{
     gate, ActReply, Action, Command, Io, OwnerConfig, Reply, ReserveReply, ReserveRequest,
     SkuOwner, Ticket, SWEEP_INTERVAL_MS,
@@ -26,9 +26,10 @@ use escrow_core::owner::{
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
 };
+use escrow_core::UserId;
 use escrow_core::{Book, Deadline, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Tenant};
-use escrow_core::{Status, UserId};
 
+use crate::database::Database;
 use crate::network::{Envelope, Payload};
 use crate::scenario::AgentConfig;
 
@@ -203,22 +204,14 @@ fn decode(t: Ticket) -> (u32, Option<BuyerAction>) {
 pub struct Agent {
     /// Region index.
     pub index: usize,
-    /// Reservations and counters: the agent's database.
-    pub book: Book,
+    /// What the agent keeps in its database (survives a crash).
+    pub db: Database,
     /// Whether the process runs.
     pub up: bool,
     /// Incarnation, bumped on restart (the fencing epoch).
     pub epoch: u32,
-    /// Mode as stored in the database.
-    pub mode: Mode,
     /// The last call to the coordinator failed (memory; down until the first sync succeeds).
     pub link_down: bool,
-    /// Ids of grants credited: a duplicate grant is recognised and ignored.
-    pub applied_grants: HashSet<String>,
-    /// Grants credited and not yet confirmed by the coordinator.
-    pub pending_acks: Vec<String>,
-    /// Returns debited and not yet confirmed applied, by id.
-    pub returns: BTreeMap<String, u64>,
     /// Work done.
     pub stats: AgentStats,
     cfg: AgentConfig,
@@ -259,18 +252,14 @@ impl Agent {
             Sku::parse(sku).expect("the simulated SKU name is valid"),
             settings,
         );
-        let record = Self::record(&tenant, &book, mode);
-        let owner = Self::start_owner(index, 1, record, cfg, now_ms(0));
+        let db = Database::new(tenant.clone(), book, mode);
+        let owner = Self::start_owner(index, 1, db.record(), cfg, now_ms(0));
         Self {
             index,
-            book,
+            db,
             up: true,
             epoch: 1,
-            mode,
             link_down: true,
-            applied_grants: HashSet::new(),
-            pending_acks: Vec::new(),
-            returns: BTreeMap::new(),
             stats: AgentStats::default(),
             cfg: cfg.clone(),
             tenant,
@@ -288,26 +277,6 @@ impl Agent {
             sync_again: false,
             sync_seq: 0,
             last_rtt_ms: 0,
-        }
-    }
-
-    /// The SKU as stored in the database.
-    fn record(tenant: &Tenant, book: &Book, mode: Mode) -> SkuRecord {
-        let units = |status: Status| -> u64 {
-            book.reservations()
-                .filter(|r| r.status == status)
-                .map(|r| r.qty.units())
-                .sum()
-        };
-        SkuRecord {
-            tenant: tenant.clone(),
-            sku: book.sku.clone(),
-            ledger: book.ledger,
-            settings: book.settings,
-            paused: book.paused,
-            mode,
-            rows_held: units(Status::Held),
-            rows_sold: units(Status::Sold),
         }
     }
 
@@ -464,7 +433,7 @@ impl Agent {
                 Some(Io::Read(keys)) => {
                     let rows: Vec<Reservation> = keys
                         .iter()
-                        .filter_map(|k| self.book.get(k))
+                        .filter_map(|k| self.db.book.get(k))
                         .cloned()
                         .collect();
                     self.owner.handle_read(Some(rows));
@@ -477,7 +446,7 @@ impl Agent {
                     return out.push(self.timer(now_us + took_us, Timer::CommitDone));
                 }
                 Some(Io::Reload) => {
-                    let record = Self::record(&self.tenant, &self.book, self.mode);
+                    let record = self.db.record();
                     self.owner.handle_reload(Some(record));
                 }
                 None => {
@@ -601,7 +570,7 @@ impl Agent {
             .take()
             .expect("a commit timer belongs to a commit");
         self.stats.commits += 1;
-        let outcome = self.write(&batch);
+        let outcome = self.db.commit(&batch);
         self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
         self.owner.handle_commit_result(Ok(outcome));
         if !batch.returns.is_empty() || !batch.grants.is_empty() {
@@ -610,61 +579,32 @@ impl Agent {
         self.pump(now_us, out);
     }
 
-    /// The database's side of a commit: the store's order and conditions.
-    fn write(&mut self, batch: &Batch) -> BatchOutcome {
-        let mut applied = Vec::new();
-        for g in &batch.grants {
-            if self.applied_grants.insert(g.id.clone()) {
-                self.book.ledger.receive(g.units);
-                self.pending_acks.push(g.id.clone());
-                applied.push(g.id.clone());
-            }
-        }
-        for change in &batch.changes {
-            if let StockChange::Mode(mode) = change {
-                self.mode = *mode;
-            }
-        }
-        let mut outcome = self
-            .book
-            .commit(batch)
-            .unwrap_or_else(|e| panic!("the database refused an owner's batch: {e}"));
-        for r in &batch.returns {
-            self.book
-                .ledger
-                .give_back(r.units)
-                .expect("a return never exceeds available");
-            self.returns.insert(r.id.clone(), r.units);
-        }
-        outcome.applied_grants = applied;
-        outcome
-    }
-
     fn on_sync_tick(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         self.call_seq += 1;
         self.sync_seq += 1;
         let call = self.call_seq;
-        let l = self.book.ledger;
+        let l = self.db.book.ledger;
         let req = SyncRequest {
             epoch: i64::from(self.epoch),
             seq: self.sync_seq,
             rtt_ms: self.last_rtt_ms,
             skus: vec![SkuReport {
                 tenant: self.tenant.to_string(),
-                sku: self.book.sku.to_string(),
+                sku: self.db.book.sku.to_string(),
                 available: l.available,
                 held: l.held,
                 sold: l.sold,
                 sale_rate_per_s: self.owner.sale_rate_per_s(),
             }],
-            acks: self.pending_acks.clone(),
+            acks: self.db.pending_acks.clone(),
             returns: self
+                .db
                 .returns
                 .iter()
                 .map(|(id, units)| TransferMsg {
                     id: id.clone(),
                     tenant: self.tenant.to_string(),
-                    sku: self.book.sku.to_string(),
+                    sku: self.db.book.sku.to_string(),
                     units: *units,
                 })
                 .collect(),
@@ -726,9 +666,11 @@ impl Agent {
         if let Some(d) = resp.skus.first() {
             self.control = Some((d.clone(), resp.grants.clone()));
         }
-        self.pending_acks.retain(|id| !resp.confirmed.contains(id));
+        self.db
+            .pending_acks
+            .retain(|id| !resp.confirmed.contains(id));
         for id in &resp.applied_returns {
-            self.returns.remove(id);
+            self.db.returns.remove(id);
         }
         self.schedule_sync(now_us, out);
         self.pump(now_us, out);
@@ -771,7 +713,7 @@ impl Agent {
         self.up = true;
         self.epoch += 1;
         self.sync_seq = 0;
-        let record = Self::record(&self.tenant, &self.book, self.mode);
+        let record = self.db.record();
         self.owner = Self::start_owner(self.index, self.epoch, record, &self.cfg, now_ms(now_us));
         self.start(
             now_us + self.cfg.sync_interval_ms * 1_000,
@@ -782,7 +724,8 @@ impl Agent {
 
     /// Units this agent returned that the coordinator has not applied.
     pub fn returns_in_flight(&self, applied: &HashSet<String>) -> u64 {
-        self.returns
+        self.db
+            .returns
             .iter()
             .filter(|(id, _)| !applied.contains(*id))
             .map(|(_, u)| *u)
@@ -791,7 +734,7 @@ impl Agent {
 
     /// Whether the agent holds no transfer state: nothing to ack, nothing returned unconfirmed.
     pub fn transfers_settled(&self) -> bool {
-        self.pending_acks.is_empty() && self.returns.is_empty()
+        self.db.pending_acks.is_empty() && self.db.returns.is_empty()
     }
 }
 

@@ -2,12 +2,13 @@
 //!
 //! The simulator drives escrow-core's decision code, the code the region
 //! agents and the coordinator run, under a simulated clock, network and
-//! crowd of buyers: [`agent`] wraps `Book`, `plan_reserves` and `RateMeter`
-//! in the agent's owner loop; [`coordinator`] wraps the coordinator's
-//! rules (`escrow_core::allocation`) and the `Policy` trait; they talk in escrow-core's protocol
-//! messages over [`network`]. One seed reproduces a run bit for bit (see
+//! crowd of buyers: [`agent`] drives escrow-core's `SkuOwner` (the agent's
+//! single writer) over a simulated [`database`]; [`coordinator`] drives the
+//! coordinator's rules (`escrow_core::allocation`) and the `Policy` trait;
+//! they talk in escrow-core's protocol messages over [`network`]. One seed reproduces a run bit for bit (see
 //! [`rng`]); every failure prints its seed.
 //!
+//! - [`database`]: the agent's stored state for one SKU, in memory.
 //! - [`scenario`]: what a run models, read from TOML.
 //! - [`demand`]: when buyers arrive and what they do once they hold units.
 //! - [`queue`]: the event queue, ordered by (time, sequence).
@@ -20,6 +21,7 @@
 
 pub mod agent;
 pub mod coordinator;
+pub mod database;
 pub mod demand;
 pub mod metrics;
 pub mod network;

@@ -289,7 +289,7 @@ impl World {
             && self.census.in_transit == 0
             && self.coordinator.drift() == 0
             && self.agents.iter().enumerate().all(|(r, a)| {
-                let l = a.book.ledger;
+                let l = a.db.book.ledger;
                 let q = &self.coordinator.allocation().regions[r];
                 let v = q.report;
                 a.up && a.transfers_settled()
@@ -543,7 +543,7 @@ impl World {
     fn free_units(&self) -> u64 {
         let mut free = self.coordinator.allocation().pool;
         for (r, a) in self.agents.iter().enumerate() {
-            free += a.book.ledger.available
+            free += a.db.book.ledger.available
                 + self.grants_in_flight(r)
                 + a.returns_in_flight(&self.coordinator.applied_returns[r]);
         }
@@ -551,7 +551,7 @@ impl World {
     }
 
     fn grants_in_flight(&self, r: usize) -> u64 {
-        let applied = &self.agents[r].applied_grants;
+        let applied = &self.agents[r].db.applied_grants;
         self.coordinator.allocation().regions[r]
             .grants
             .iter()
@@ -801,7 +801,7 @@ impl World {
         let s = &mut self.rec.series;
         s.t_ms.push(t_ms);
         for (r, a) in self.agents.iter().enumerate() {
-            s.available[r].push(a.book.ledger.available);
+            s.available[r].push(a.db.book.ledger.available);
         }
         s.pool.push(c.pool);
         s.in_transit.push(c.in_transit);
@@ -818,7 +818,7 @@ impl World {
             ..Census::default()
         };
         for (r, a) in self.agents.iter().enumerate() {
-            let l = a.book.ledger;
+            let l = a.db.book.ledger;
             c.in_transit += self.grants_in_flight(r)
                 + a.returns_in_flight(&self.coordinator.applied_returns[r]);
             c.available += l.available;
@@ -838,7 +838,7 @@ impl World {
             )));
         }
         for (r, a) in self.agents.iter().enumerate() {
-            let l = a.book.ledger;
+            let l = a.db.book.ledger;
             if !l.is_balanced() {
                 return Err(self.violation(format!("region {r} ledger unbalanced: {l:?}")));
             }
@@ -890,14 +890,14 @@ impl World {
         use escrow_core::Status;
         for (r, a) in self.agents.iter().enumerate() {
             let (mut held, mut sold) = (0, 0);
-            for res in a.book.reservations() {
+            for res in a.db.book.reservations() {
                 match res.status {
                     Status::Held => held += res.qty.units(),
                     Status::Sold => sold += res.qty.units(),
                     Status::Released | Status::Expired => {}
                 }
             }
-            let l = a.book.ledger;
+            let l = a.db.book.ledger;
             if (held, sold) != (l.held, l.sold) {
                 return Err(self.violation(format!(
                     "region {r}: reservations hold {held} and sold {sold}, ledger says {} and {}",
