@@ -184,11 +184,9 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
 
     let mut stream = Stream(0x9E37_79B9_7F4A_7C15);
     let mut now = T0_MS;
-    let mut ticket: Ticket = 0;
     let mut queued = Vec::new();
     let mut recalled = 0;
-    for _ in 0..400 {
-        ticket += 1;
+    for ticket in 1..=400 as Ticket {
         let key = RequestKey::parse(&format!("k{}", stream.below(40))).unwrap();
         let deadline = Deadline::after(now, 10_000);
         match stream.below(12) {
