@@ -391,7 +391,7 @@ impl Allocation {
 
     /// Credits the pool with a return of `units` from `region`'s lease; the
     /// return settles up to as many units of a pending recall.
-    fn take_back(&mut self, region: usize, units: u64) {
+    fn apply_return(&mut self, region: usize, units: u64) {
         self.assert_balanced();
         let r = &mut self.regions[region];
         assert!(
@@ -601,7 +601,7 @@ pub fn sync(
             allocation.deliver(region, id);
         }
         for (_, ret) in new_returns.iter().filter(|(i, _)| *i == index) {
-            allocation.take_back(region, ret.units);
+            allocation.apply_return(region, ret.units);
         }
         if fresh {
             if let Some(report) = req

@@ -47,7 +47,7 @@ pub enum StockChange {
     /// New units arrive in available.
     Receive(u64),
     /// Available units leave the region.
-    GiveBack(u64),
+    Return(u64),
     /// New settings.
     Settings(SkuSettings),
     /// Stop or resume selling.

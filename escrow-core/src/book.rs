@@ -189,8 +189,8 @@ impl Book {
         for change in &batch.changes {
             match *change {
                 StockChange::Receive(units) => self.ledger.receive(units),
-                StockChange::GiveBack(units) => {
-                    self.ledger.give_back(units).map_err(|e| e.to_string())?;
+                StockChange::Return(units) => {
+                    self.ledger.return_units(units).map_err(|e| e.to_string())?;
                 }
                 StockChange::Settings(settings) => self.settings = settings,
                 StockChange::Pause(paused) => self.paused = paused,

@@ -100,7 +100,7 @@ impl Ledger {
     }
 
     /// Gives `units` of available quota back (lower the total, or return to the pool).
-    pub fn give_back(&mut self, units: u64) -> Result<(), LedgerError> {
+    pub fn return_units(&mut self, units: u64) -> Result<(), LedgerError> {
         self.assert_balanced();
         if self.available < units {
             return Err(LedgerError::InsufficientAvailable {
@@ -150,7 +150,7 @@ mod tests {
             l.unhold(1),
             Err(LedgerError::InsufficientHeld { held: 0, asked: 1 })
         );
-        l.give_back(2).unwrap();
+        l.return_units(2).unwrap();
         assert_eq!(
             l,
             Ledger {

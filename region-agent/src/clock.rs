@@ -19,10 +19,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
+        let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+            .expect("the system clock is after 1970");
+        u64::try_from(since_epoch.as_millis()).expect("milliseconds since 1970 fit in u64")
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`owner`]: the single writer per SKU with group commit.
 //! - [`store`]: persistence behind a narrow trait; PostgreSQL or SQLite.
 //! - [`http`]: buyer, admin and operations endpoints.
+//! - [`state`]: what every handler and loop shares ([`AppState`]).
 
 pub mod auth;
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod http;
 pub mod keys;
 pub mod owner;
 pub mod registry;
+pub mod state;
 pub mod store;
 pub mod sync;
 
@@ -36,7 +38,10 @@ use crate::fence::Fence;
 use crate::keys::KnownKeys;
 use crate::owner::{Limits, OwnerDeps};
 use crate::registry::Registry;
+use crate::state::Parts;
 use crate::store::{Store, StoreError};
+
+pub use state::AppState;
 
 /// What an agent needs besides its store and clock.
 #[derive(Debug, Clone)]
@@ -49,67 +54,6 @@ pub struct AgentSettings {
     pub limits: Limits,
     /// The coordinator; `None` runs standalone.
     pub coordinator: Option<Arc<CoordinatorLink>>,
-}
-
-/// Shared state of a running agent; cheap to clone.
-#[derive(Clone)]
-pub struct AppState(Arc<Inner>);
-
-struct Inner {
-    region: RegionName,
-    auth: Auth,
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    fence: Arc<Fence>,
-    keys: Arc<KnownKeys>,
-    registry: Registry,
-    limits: Limits,
-    link: Option<Arc<CoordinatorLink>>,
-    stop_sync: tokio::sync::watch::Sender<bool>,
-    metrics: metrics_exporter_prometheus::PrometheusHandle,
-}
-
-impl AppState {
-    /// The region served.
-    pub fn region(&self) -> &RegionName {
-        &self.0.region
-    }
-    /// Credentials.
-    pub fn auth(&self) -> &Auth {
-        &self.0.auth
-    }
-    /// Persistence.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.0.store
-    }
-    /// The current time, ms since the epoch.
-    pub fn now_ms(&self) -> u64 {
-        self.0.clock.now_ms()
-    }
-    /// This process's lease on the region.
-    pub fn fence(&self) -> &Fence {
-        &self.0.fence
-    }
-    /// Committed request keys.
-    pub fn keys(&self) -> &KnownKeys {
-        &self.0.keys
-    }
-    /// The SKU owners.
-    pub fn registry(&self) -> &Registry {
-        &self.0.registry
-    }
-    /// How long a request may wait in an owner's queue.
-    pub fn wait_timeout_ms(&self) -> u64 {
-        self.0.limits.wait_timeout_ms
-    }
-    /// The Prometheus renderer.
-    pub fn metrics(&self) -> &metrics_exporter_prometheus::PrometheusHandle {
-        &self.0.metrics
-    }
-    /// The coordinator link; `None` when standalone.
-    pub fn link(&self) -> Option<&Arc<CoordinatorLink>> {
-        self.0.link.as_ref()
-    }
 }
 
 /// Takes the region's lease, loads every SKU and starts their owners.
@@ -159,7 +103,7 @@ pub async fn start(
         registry.start(record);
     }
     let (stop_sync, stop_rx) = tokio::sync::watch::channel(false);
-    let state = AppState(Arc::new(Inner {
+    let state = AppState::new(Parts {
         region: settings.region,
         auth: settings.auth,
         store,
@@ -171,7 +115,7 @@ pub async fn start(
         link: settings.coordinator.clone(),
         stop_sync,
         metrics,
-    }));
+    });
     if let Some(link) = settings.coordinator {
         tokio::spawn(sync::run(state.clone(), link, stop_rx));
     }
@@ -194,7 +138,7 @@ pub async fn run(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
-    state.0.stop_sync.send_replace(true);
+    state.stop_syncing();
     for task in state.registry().close() {
         let _ = task.await;
     }

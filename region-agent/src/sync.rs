@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::owner::Control;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Longest the coordinator holds a watch call open; shorter than the
 /// agent's client timeout, so a held call is never mistaken for a dead link.

@@ -63,9 +63,9 @@ async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: T
     assert_balanced(&s);
     assert_eq!((s.available, s.total), (35, 35));
 
-    let mut give_back = batch_at(3_000);
-    give_back.returns = vec![transfer("r1", 10)];
-    store.commit(epoch, &give_back).await.unwrap();
+    let mut return_units = batch_at(3_000);
+    return_units.returns = vec![transfer("r1", 10)];
+    store.commit(epoch, &return_units).await.unwrap();
     let snapshot = store.sync_snapshot().await.unwrap();
     assert_eq!(snapshot.unconfirmed_grants, ["g1", "g2"]);
     assert_eq!(snapshot.pending_returns, [transfer("r1", 10)]);
@@ -76,7 +76,7 @@ async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: T
         "the snapshot's counters already count the debited return"
     );
     // The same return id again is a second return, which the outbox refuses.
-    assert!(store.commit(epoch, &give_back).await.is_err());
+    assert!(store.commit(epoch, &return_units).await.is_err());
 
     store.confirm_grants(&["g1".into()]).await.unwrap();
     store.forget_returns(&["r1".into()]).await.unwrap();

@@ -98,7 +98,7 @@ impl Database {
         for r in &batch.returns {
             self.book
                 .ledger
-                .give_back(r.units)
+                .return_units(r.units)
                 .expect("a return never exceeds available");
             self.returns.insert(r.id.clone(), r.units);
         }

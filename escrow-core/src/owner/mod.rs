@@ -629,7 +629,7 @@ impl SkuOwner {
                 if total >= quota {
                     changes.push(StockChange::Receive(total - quota));
                 } else if quota - total <= self.ledger.available {
-                    changes.push(StockChange::GiveBack(quota - total));
+                    changes.push(StockChange::Return(quota - total));
                 } else {
                     return Err(AdminReply::BelowCommitted {
                         committed: self.ledger.held + self.ledger.sold,
@@ -642,7 +642,7 @@ impl SkuOwner {
             AdminChange::AddStock(units) => changes.push(StockChange::Receive(units)),
             AdminChange::Pause(paused) => changes.push(StockChange::Pause(paused)),
         }
-        changes.retain(|c| !matches!(c, StockChange::Receive(0) | StockChange::GiveBack(0)));
+        changes.retain(|c| !matches!(c, StockChange::Receive(0) | StockChange::Return(0)));
         Ok(changes)
     }
 
@@ -828,7 +828,7 @@ impl SkuOwner {
         self.rate.record(now_ms, held_units);
         self.rate_per_s = self.rate.rate_per_s(now_ms);
         for ret in &work.batch.returns {
-            let moved = self.ledger.give_back(ret.units);
+            let moved = self.ledger.return_units(ret.units);
             self.check(moved);
             // Those units are free in the pool now: not sold out everywhere.
             self.sold_out_everywhere = false;
@@ -955,7 +955,7 @@ impl SkuOwner {
                 self.ledger.receive(units);
                 Ok(())
             }
-            StockChange::GiveBack(units) => self.ledger.give_back(units),
+            StockChange::Return(units) => self.ledger.return_units(units),
             StockChange::Settings(settings) => {
                 self.settings = settings;
                 Ok(())

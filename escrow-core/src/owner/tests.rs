@@ -192,7 +192,7 @@ impl Harness {
             .commit(batch)
             .expect("the book takes every owner batch");
         for r in &batch.returns {
-            self.book.ledger.give_back(r.units).unwrap();
+            self.book.ledger.return_units(r.units).unwrap();
             self.pool += r.units;
         }
         outcome.applied_grants = applied;

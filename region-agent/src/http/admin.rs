@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use super::error::ApiError;
 use super::json::JsonBody;
 use crate::owner::{AdminChange, AdminReply, Command, OwnerHandle};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Largest total or stock addition accepted: far above any real sale,
 /// far below counter overflow.
@@ -250,7 +250,7 @@ pub async fn audit(
         .iter()
         .map(|r| {
             json!({
-                "tenant": r.tenant, "sku": r.sku, "total": r.total, "pool": 0, "in_transit": 0,
+                "tenant": r.tenant, "sku": r.sku, "total": r.quota, "pool": 0, "in_transit": 0,
                 "available": r.available, "held": r.held, "sold": r.sold,
                 "drift": r.drift, "rows_drift": r.rows_drift,
                 "regions": {state.region().as_str(): {"available": r.available, "held": r.held, "sold": r.sold, "report_age_ms": 0}},

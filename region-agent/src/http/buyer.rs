@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::ApiError;
 use super::json::{JsonBody, OptionalJsonBody};
 use crate::owner::{ActReply, Action, Command, OwnerHandle, ReserveReply, ReserveRequest};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `POST /v1/reservations` body.
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,7 @@ use axum::routing::{get, post, put};
 use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 
-use crate::AppState;
+use crate::state::AppState;
 use error::ApiError;
 
 /// Most requests the whole agent handles at once; beyond this new requests

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /healthz`: the process is up.
 pub async fn healthz() -> &'static str {

@@ -94,8 +94,10 @@ pub struct AuditRow {
     pub tenant: String,
     /// The SKU.
     pub sku: String,
-    /// The region's quota: received - returned.
-    pub total: i64,
+    /// The region's quota: received - returned (standalone: the SKU's
+    /// total, which is what the audit calls it).
+    #[serde(rename = "total")]
+    pub quota: i64,
     /// Stored counter.
     pub available: i64,
     /// Stored counter.

@@ -347,7 +347,7 @@ async fn apply_changes(
                 deltas.received += units as i64;
                 deltas.available += units as i64;
             }
-            StockChange::GiveBack(units) => {
+            StockChange::Return(units) => {
                 deltas.returned += units as i64;
                 deltas.available -= units as i64;
             }

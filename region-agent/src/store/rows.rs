@@ -90,15 +90,15 @@ pub(crate) fn sku_record_from(row: &impl Columns) -> Result<SkuRecord, StoreErro
 /// A SKU's audit line from `SKU_SELECT`.
 pub(crate) fn audit_row_from(row: &impl Columns) -> Result<AuditRow, StoreError> {
     let (available, held, sold) = (row.int("available")?, row.int("held")?, row.int("sold")?);
-    let total = row.int("received")? - row.int("returned")?;
+    let quota = row.int("received")? - row.int("returned")?;
     Ok(AuditRow {
         tenant: row.text("tenant")?,
         sku: row.text("sku")?,
-        total,
+        quota,
         available,
         held,
         sold,
-        drift: available + held + sold - total,
+        drift: available + held + sold - quota,
         rows_drift: (row.int("rows_held")? - held).abs() + (row.int("rows_sold")? - sold).abs(),
     })
 }

@@ -347,7 +347,7 @@ async fn apply_changes(
                 deltas.available += units as i64;
                 continue;
             }
-            StockChange::GiveBack(units) => {
+            StockChange::Return(units) => {
                 deltas.returned += units as i64;
                 deltas.available -= units as i64;
                 continue;
@@ -368,7 +368,7 @@ async fn apply_changes(
                 .bind(settings.hold_ttl.get() as i64),
             StockChange::Mode(mode) => query.bind(mode.as_str()),
             StockChange::Pause(paused) => query.bind(paused),
-            StockChange::Receive(_) | StockChange::GiveBack(_) => query,
+            StockChange::Receive(_) | StockChange::Return(_) => query,
         };
         query.execute(&mut **tx).await.map_err(database)?;
     }
