@@ -350,7 +350,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
                 .unwrap_or(200),
             max_in_flight: agent
                 .as_ref()
-                .map_or(cli.agent_max_in_flight, |a| a.batch_size_max as u32),
+                .map_or(cli.agent_max_in_flight, |a| a.max_in_flight as u32),
             max_waiting: agent
                 .as_ref()
                 .map_or(cli.agent_max_waiting, |a| a.max_waiting as u32),

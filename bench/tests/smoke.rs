@@ -61,8 +61,8 @@ async fn serve_agent(db: &TestDb) -> Served {
             Some(ADMIN_TOKEN.to_owned()),
         ),
         limits: Limits {
-            batch_size_max: 256,
-            queue_max: 4096,
+            max_in_flight: 256,
+            max_waiting: 4096,
             wait_timeout_ms: 10_000,
         },
         coordinator: None,

@@ -655,8 +655,8 @@ async fn a_database_keeps_its_mode(pool: PgPool) {
         region: escrow_core::RegionName::parse(region).unwrap(),
         auth: region_agent::auth::Auth::new(Vec::new(), None),
         limits: region_agent::owner::Limits {
-            batch_size_max: 16,
-            queue_max: 16,
+            max_in_flight: 16,
+            max_waiting: 16,
             wait_timeout_ms: 1_000,
         },
         coordinator,

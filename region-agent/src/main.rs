@@ -39,8 +39,8 @@ async fn main() -> anyhow::Result<()> {
         region: config.region,
         auth: Auth::new(config.tenant_keys, config.admin_token),
         limits: Limits {
-            batch_size_max: config.max_in_flight as usize,
-            queue_max: config.max_waiting as usize,
+            max_in_flight: config.max_in_flight as usize,
+            max_waiting: config.max_waiting as usize,
             wait_timeout_ms: config.wait_timeout_ms,
         },
         coordinator,

@@ -27,8 +27,8 @@ conformance!(
 /// REJECTED_WAIT_TIMEOUT; neither wrote anything, and both keys succeed on retry.
 async fn full_queue_and_wait_timeout_refuse_before_writing(db: TestDb) {
     let limits = Limits {
-        batch_size_max: 1,
-        queue_max: 1,
+        max_in_flight: 1,
+        max_waiting: 1,
         wait_timeout_ms: 1_000,
     };
     let clock = std::sync::Arc::new(region_agent::clock::ManualClock::new(1_800_000_000_000));

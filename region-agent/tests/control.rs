@@ -103,8 +103,8 @@ async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
     *coordinator.standing.lock().unwrap() = Some(directive(Mode::Escrow, 0));
     let link = Arc::new(CoordinatorLink::new(coordinator.clone(), 20));
     let mut agent_settings = settings(Limits {
-        batch_size_max: 8,
-        queue_max: 16,
+        max_in_flight: 8,
+        max_waiting: 16,
         wait_timeout_ms: 30_000,
     });
     agent_settings.coordinator = Some(link);

@@ -163,7 +163,7 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
     let db = Database::new(tenant.clone(), book, Mode::Escrow);
     assert_eq!(db.record(), stored, "both databases start alike");
     let cfg = OwnerConfig {
-        batch_size_max: 8,
+        max_in_flight: 8,
         parked_max: 64,
         coordinated: true,
         transfer_id_prefix: "fidelity".into(),

@@ -289,7 +289,7 @@ impl Agent {
         now_ms: u64,
     ) -> SkuOwner {
         let owner_cfg = OwnerConfig {
-            batch_size_max: cfg.batch_size_max,
+            max_in_flight: cfg.max_in_flight,
             parked_max: cfg.max_waiting,
             coordinated: true,
             transfer_id_prefix: format!("{index}-{epoch}"),

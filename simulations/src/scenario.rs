@@ -239,7 +239,7 @@ pub struct AgentConfig {
     /// An answer given before the queue (the gate: sold-out flag, full queue).
     pub gate_us: u64,
     /// Most requests in one batch (`--max-in-flight`).
-    pub batch_size_max: usize,
+    pub max_in_flight: usize,
     /// Most commands waiting in the owner's queue (`--max-waiting`).
     pub max_waiting: usize,
     /// Longest a request waits in the queue (`--wait-timeout-ms`).
@@ -254,7 +254,7 @@ impl Default for AgentConfig {
             commit_us: 2_000,
             commit_row_us: 50,
             gate_us: 50,
-            batch_size_max: 256,
+            max_in_flight: 256,
             max_waiting: 4_096,
             wait_timeout_ms: 2_000,
         }
@@ -557,7 +557,7 @@ impl Scenario {
         let a = &self.agent;
         if a.sync_interval_ms == 0
             || a.client_timeout_ms == 0
-            || a.batch_size_max == 0
+            || a.max_in_flight == 0
             || a.max_waiting == 0
         {
             return bad("agent intervals, timeouts and bounds must be positive".into());

@@ -276,8 +276,8 @@ impl Agent {
                 Some(ADMIN.to_owned()),
             ),
             limits: Limits {
-                batch_size_max: 256,
-                queue_max: 8192,
+                max_in_flight: 256,
+                max_waiting: 8192,
                 wait_timeout_ms: 10_000,
             },
             coordinator: Some(link),

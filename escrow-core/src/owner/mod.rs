@@ -10,7 +10,7 @@
 //! central-mode grace, the sweep) is written once.
 //!
 //! One batch is in progress at a time. Its life:
-//! 1. `handle_commands` takes up to `batch_size_max` commands (plus the
+//! 1. `handle_commands` takes up to `max_in_flight` commands (plus the
 //!    overflow of the last batch); requests past their deadline are refused
 //!    unserved, admin changes commit first, one at a time.
 //! 2. Actions need their rows: [`Io::Read`].
@@ -54,7 +54,7 @@ pub const RATE_HALF_LIFE_MS: u64 = 2_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerConfig {
     /// Most commands decided and committed in one batch.
-    pub batch_size_max: usize,
+    pub max_in_flight: usize,
     /// Most requests waiting for units from elsewhere; beyond it a request
     /// is refused unserved (REJECTED_WAIT_TIMEOUT) rather than parked.
     pub parked_max: usize,
@@ -208,7 +208,7 @@ pub struct SkuOwner {
 impl SkuOwner {
     /// The owner of a SKU loaded from storage at `now_ms`.
     pub fn new(cfg: OwnerConfig, record: SkuRecord, now_ms: u64) -> Self {
-        assert!(cfg.batch_size_max > 0, "a batch holds at least one command");
+        assert!(cfg.max_in_flight > 0, "a batch holds at least one command");
         assert!(cfg.parked_max > 0, "a request can wait for units");
         let mut owner = Self {
             cfg,
@@ -301,7 +301,7 @@ impl SkuOwner {
     /// How many new commands the next batch takes: the batch bound less
     /// the overflow that is tried again first.
     pub fn batch_room(&self) -> usize {
-        self.cfg.batch_size_max.saturating_sub(self.overflow.len())
+        self.cfg.max_in_flight.saturating_sub(self.overflow.len())
     }
 
     /// What the gate in front of this owner may answer from, given the link.
@@ -386,7 +386,7 @@ impl SkuOwner {
         }
     }
 
-    /// Starts a batch with `commands` (at most `batch_size_max` of them,
+    /// Starts a batch with `commands` (at most `max_in_flight` of them,
     /// fewer when overflow is waiting). Only while idle.
     pub fn handle_commands(&mut self, now_ms: u64, commands: Vec<Command>) {
         assert!(self.is_idle(), "one batch at a time");

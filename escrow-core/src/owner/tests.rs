@@ -39,7 +39,7 @@ impl Harness {
         book.ledger.receive(local);
         let owner = SkuOwner::new(
             OwnerConfig {
-                batch_size_max: 8,
+                max_in_flight: 8,
                 parked_max: 64,
                 coordinated: true,
                 transfer_id_prefix: "test".into(),

@@ -2,7 +2,7 @@
 //!
 //! Every decision lives in escrow-core's [`SkuOwner`], the state machine the
 //! simulator drives too. This task only does its I/O: it takes up to
-//! `batch_size_max` commands from the SKU's bounded queue, hands them to the
+//! `max_in_flight` commands from the SKU's bounded queue, hands them to the
 //! owner, and carries out what the owner asks (read rows, take from the
 //! coordinator, commit a batch, reload) until the owner is idle; then it
 //! answers the waiting requests. While one batch commits the next one queues,
@@ -43,9 +43,9 @@ use crate::store::{Store, StoreError};
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Most requests decided and committed in one transaction.
-    pub batch_size_max: usize,
+    pub max_in_flight: usize,
     /// Most requests waiting in one owner's queue.
-    pub queue_max: usize,
+    pub max_waiting: usize,
     /// Longest a request may wait in the queue before it is refused unserved.
     pub wait_timeout_ms: u64,
 }
@@ -123,12 +123,12 @@ struct Driver {
 
 /// Starts the owner of a loaded SKU and returns its handle.
 pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel(deps.limits.queue_max);
+    let (tx, rx) = mpsc::channel(deps.limits.max_waiting);
     let (control_tx, control_rx) = watch::channel(None);
     let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
     let cfg = OwnerConfig {
-        batch_size_max: deps.limits.batch_size_max,
-        parked_max: deps.limits.queue_max,
+        max_in_flight: deps.limits.max_in_flight,
+        parked_max: deps.limits.max_waiting,
         coordinated: deps.link.is_some(),
         transfer_id_prefix: format!("{}-{}", deps.region, uuid::Uuid::new_v4().simple()),
     };

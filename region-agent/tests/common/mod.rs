@@ -45,8 +45,8 @@ pub async fn open_store(db: &TestDb) -> (Arc<dyn Store>, Option<Arc<SqliteStore>
 
 pub fn limits() -> Limits {
     Limits {
-        batch_size_max: 256,
-        queue_max: 4096,
+        max_in_flight: 256,
+        max_waiting: 4096,
         wait_timeout_ms: 5_000,
     }
 }
