@@ -15,10 +15,10 @@
 //! contract's audit over the coordinator's view is 0, and nothing is held or
 //! sold beyond the total.
 //!
-//! - [`buyers`]: arrivals, attempts, retries, actions and what answers count for.
-//! - [`faults`]: partitions, coordinator outages and agent crashes on a schedule.
-//! - [`safety`]: the census of units and the checks run after every event.
-//! - [`sampling`]: the time series for the reports.
+//! - `buyers`: arrivals, attempts, retries, actions and what answers count for.
+//! - `faults`: partitions, coordinator outages and agent crashes on a schedule.
+//! - `safety`: the census of units and the checks run after every event.
+//! - `sampling`: the time series for the reports.
 
 mod buyers;
 mod faults;
