@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::admission::{plan_reserves, Deadline, ReservePlan};
 use crate::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
-use crate::ids::{RequestKey, Sku, SkuSettings, Tenant, TtlMs, MAX_PER_USER_MAX};
+use crate::ids::{RequestKey, Sku, SkuSettings, Tenant};
 use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{units_to_return, Mode};
 use crate::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
@@ -359,11 +359,12 @@ impl SkuOwner {
             self.mode = d.mode;
             self.pending_changes.push(StockChange::Mode(d.mode));
         }
-        if let Ok(hold_ttl) = TtlMs::parse(d.hold_ttl_ms as i64) {
-            let settings = SkuSettings {
-                max_per_user: d.max_per_user.clamp(1, MAX_PER_USER_MAX),
-                hold_ttl,
-            };
+        // Settings the coordinator could not have meant are not guessed at:
+        // the owner keeps its own until a valid directive comes.
+        let parsed = i64::try_from(d.hold_ttl_ms)
+            .ok()
+            .and_then(|ttl| SkuSettings::parse(Some(i64::from(d.max_per_user)), Some(ttl)).ok());
+        if let Some(settings) = parsed {
             if settings != self.settings {
                 self.settings = settings;
                 self.pending_changes.push(StockChange::Settings(settings));
