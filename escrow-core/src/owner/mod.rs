@@ -684,14 +684,8 @@ impl SkuOwner {
             // In escrow mode a take also brings a little of the region's
             // near-term demand, so the next buyers sell locally instead of
             // each batch asking again; central mode keeps every unit central.
-            // The rate meter lags at the start of a sale; the batch's own
-            // overflow is the freshest sample of demand, so at least as much
-            // again is asked for.
             let prefetch = match self.mode {
-                Mode::Escrow => {
-                    let by_rate = (self.rate_per_s * TAKE_PREFETCH_MS as f64 / 1_000.0).ceil();
-                    (by_rate as u64).max(wanted)
-                }
+                Mode::Escrow => (self.rate_per_s * TAKE_PREFETCH_MS as f64 / 1_000.0).ceil() as u64,
                 Mode::Central => 0,
             };
             let units = wanted + prefetch;
