@@ -266,10 +266,18 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
             (StatusCode::CONFLICT, Some("EXPIRED"))
         );
     }
-    let audit = settled_audit(&c.admin, Duration::from_secs(20)).await;
-    let regions = &audit["skus"][0]["regions"];
-    assert_eq!(regions["us"]["held"], 10);
-    assert_eq!(regions["eu"]["held"], 0);
+    // Reports are eventually consistent: wait until both regions' reports
+    // show the holds where they are.
+    eventually(
+        "us reports the 10 holds, eu none",
+        Duration::from_secs(20),
+        async || {
+            let audit = settled_audit(&c.admin, Duration::from_secs(20)).await;
+            let regions = &audit["skus"][0]["regions"];
+            regions["us"]["held"] == 10 && regions["eu"]["held"] == 0
+        },
+    )
+    .await;
     c.stop().await;
 }
 
