@@ -280,17 +280,11 @@ impl Policy for ProportionalShare {
     }
     fn plan(&self, sku: &SkuState) -> Plan {
         let free = sku.remainder();
-        // Demand in milli-units per second, with weight as the floor so idle regions keep a share.
+        // Demand with a floor of 1 for every region taking part, so idle regions keep a share.
         let demand: Vec<u32> = sku
             .regions
             .iter()
-            .map(|r| {
-                if r.weight == 0 {
-                    0
-                } else {
-                    ((r.sale_rate_per_s * 1000.0) as u32).max(1)
-                }
-            })
+            .map(|r| demand_milli(r).max(u32::from(r.weight > 0)))
             .collect();
         let shares = split_by_weight(free, &demand);
         let mut plan = Plan::default();
@@ -390,22 +384,23 @@ impl Policy for TailMerge {
     }
 }
 
+/// A region's recent demand in milli-units per second (0 for a region that
+/// no longer takes part): the weight the remainder is shared by.
+fn demand_milli(r: &RegionState) -> u32 {
+    if r.weight == 0 {
+        0
+    } else {
+        // A float cast saturates: a huge rate is u32::MAX, a bad one 0.
+        (r.sale_rate_per_s * 1_000.0) as u32
+    }
+}
+
 /// Recalls that leave each region its share of the remainder in
 /// proportion to its recent sale rate (by weight before any rate is
 /// known; a region keeps at least `min_units`): what the quiet regions hold
 /// beyond their own near-term demand goes where the buyers are.
 pub fn rate_weighted_recalls(sku: &SkuState, min_units: u64) -> Vec<(usize, u64)> {
-    let demand: Vec<u32> = sku
-        .regions
-        .iter()
-        .map(|r| {
-            if r.weight == 0 {
-                0
-            } else {
-                (r.sale_rate_per_s * 1_000.0).min(f64::from(u32::MAX)) as u32
-            }
-        })
-        .collect();
+    let demand: Vec<u32> = sku.regions.iter().map(demand_milli).collect();
     // Before any region has reported a rate, the weights are the best guess.
     let demand = if demand.iter().all(|d| *d == 0) {
         sku.regions.iter().map(|r| r.weight).collect()
