@@ -9,26 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::batch::{Batch, BatchOutcome, StockChange};
-use crate::ids::{Qty, RequestKey, Sku, SkuSettings, TtlMs, UserId};
+use crate::ids::{RequestKey, Sku, SkuSettings, UserId};
 use crate::ledger::Ledger;
 use crate::reservation::{Reservation, Status, Transition, Verdict};
-
-/// The answer to a reserve request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    /// A new hold was created.
-    Held(Reservation),
-    /// The key already had this reservation; here is its current state.
-    Replay(Reservation),
-    /// Not enough units available; nothing written.
-    SoldOut,
-    /// The user already has an active reservation of this SKU; nothing written.
-    UserLimit,
-    /// The key belongs to a request for another user, SKU or quantity.
-    KeyReused,
-    /// The SKU is paused; nothing written.
-    Paused,
-}
 
 /// One SKU's counters and reservations in one region.
 #[derive(Debug, Clone)]
@@ -66,84 +49,6 @@ impl Book {
     /// All reservations, by key.
     pub fn reservations(&self) -> impl Iterator<Item = &Reservation> {
         self.reservations.values()
-    }
-
-    /// Reserve `qty` units for `user` under `key`, holding them for `ttl`
-    /// (the SKU's default when `None`).
-    pub fn reserve(
-        &mut self,
-        key: RequestKey,
-        user: UserId,
-        qty: Qty,
-        ttl: Option<TtlMs>,
-        now_ms: u64,
-    ) -> ReserveOutcome {
-        if let Some(existing) = self.reservations.get(&key) {
-            if existing.user_id == user && existing.qty == qty {
-                return ReserveOutcome::Replay(existing.clone());
-            }
-            return ReserveOutcome::KeyReused;
-        }
-        if self.paused {
-            return ReserveOutcome::Paused;
-        }
-        if self.active_by_user.contains_key(&user) {
-            return ReserveOutcome::UserLimit;
-        }
-        if self.ledger.hold(qty.units()).is_err() {
-            return ReserveOutcome::SoldOut;
-        }
-        let reservation = Reservation {
-            request_key: key.clone(),
-            user_id: user.clone(),
-            sku: self.sku.clone(),
-            qty,
-            status: Status::Held,
-            expires_at_ms: now_ms + ttl.unwrap_or(self.settings.hold_ttl).get(),
-            extended: false,
-        };
-        self.active_by_user.insert(user, key.clone());
-        self.reservations.insert(key, reservation.clone());
-        ReserveOutcome::Held(reservation)
-    }
-
-    /// Confirm the reservation of `key`; `None` if there is none.
-    pub fn confirm(&mut self, key: &RequestKey, now_ms: u64) -> Option<(Verdict, Reservation)> {
-        self.act(key, |r| r.confirm(now_ms))
-    }
-
-    /// Release the reservation of `key`; `None` if there is none.
-    pub fn release(&mut self, key: &RequestKey, now_ms: u64) -> Option<(Verdict, Reservation)> {
-        self.act(key, |r| r.release(now_ms))
-    }
-
-    /// Extend the reservation of `key`; `None` if there is none.
-    pub fn extend(
-        &mut self,
-        key: &RequestKey,
-        ttl: TtlMs,
-        now_ms: u64,
-    ) -> Option<(Verdict, Reservation)> {
-        self.act(key, |r| r.extend(now_ms, ttl))
-    }
-
-    /// Expire every due hold; returns the units that went back to available.
-    pub fn expire_due(&mut self, now_ms: u64) -> u64 {
-        let due: Vec<RequestKey> = self
-            .reservations
-            .values()
-            .filter(|r| r.is_due(now_ms))
-            .map(|r| r.request_key.clone())
-            .collect();
-        let mut units = 0;
-        for key in due {
-            if let Some((verdict, r)) = self.act(&key, |r| r.expire(now_ms)) {
-                if verdict.change.is_some() {
-                    units += r.qty.units();
-                }
-            }
-        }
-        units
     }
 
     /// Commits an owner's batch the way the agent's store does, in the
@@ -247,31 +152,33 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::batch::NewHold;
+    use crate::ids::{Qty, Tenant, TtlMs};
 
     #[derive(Debug, Clone)]
     enum Op {
-        Reserve {
+        Hold {
             key: u8,
             user: u8,
             qty: u32,
-            ttl_s: Option<u8>,
+            ttl_s: u8,
         },
         Confirm(u8),
         Release(u8),
         Extend(u8, u8),
-        Expire,
+        Sweep,
         Advance(u16),
         Receive(u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0..40u8, 0..12u8, 1..=3u32, proptest::option::of(1..20u8))
-                .prop_map(|(key, user, qty, ttl_s)| Op::Reserve { key, user, qty, ttl_s }),
+            4 => (0..40u8, 0..12u8, 1..=3u32, 1..20u8)
+                .prop_map(|(key, user, qty, ttl_s)| Op::Hold { key, user, qty, ttl_s }),
             2 => (0..40u8).prop_map(Op::Confirm),
             2 => (0..40u8).prop_map(Op::Release),
             1 => (0..40u8, 1..20u8).prop_map(|(k, s)| Op::Extend(k, s)),
-            1 => Just(Op::Expire),
+            1 => Just(Op::Sweep),
             2 => (0..5_000u16).prop_map(Op::Advance),
             1 => (0..4u8).prop_map(Op::Receive),
         ]
@@ -279,6 +186,14 @@ mod tests {
 
     fn key(k: u8) -> RequestKey {
         RequestKey::parse(&format!("key-{k}")).unwrap()
+    }
+
+    fn batch(now_ms: u64) -> Batch {
+        Batch::new(
+            Tenant::parse("t").unwrap(),
+            Sku::parse("sku").unwrap(),
+            now_ms,
+        )
     }
 
     /// Sum of units in reservations of one status.
@@ -289,64 +204,80 @@ mod tests {
             .sum()
     }
 
+    /// Decides a buyer action on the committed row as the owner does and
+    /// commits its transition, if any.
+    fn act(book: &mut Book, k: u8, now: u64, decide: impl Fn(&Reservation) -> Verdict) {
+        let Some(row) = book.get(&key(k)).cloned() else {
+            return;
+        };
+        if let Some(change) = decide(&row).change {
+            let mut b = batch(now);
+            b.transitions.push((key(k), row.qty, change));
+            book.commit(&b)
+                .expect("a decided transition of a HELD row commits");
+        }
+    }
+
     proptest! {
-        /// Goal: under any sequence of buyer actions, expiries and clock moves,
-        /// the ledger stays balanced, its held/sold counters equal the units in
-        /// HELD/SOLD reservations (so no unit is returned twice or lost), a
-        /// key never yields two reservations, and no user holds two.
+        /// Goal: under any sequence of holds, actions decided on the rows,
+        /// sweeps, clock moves and new stock, committed as batches, the
+        /// ledger stays balanced, its held/sold counters equal the units in
+        /// HELD/SOLD rows (no unit returned twice or lost), a key never
+        /// yields two rows, no user holds two, and a sweep never expires a
+        /// hold twice.
         #[test]
-        fn random_sequences_keep_every_invariant(ops in proptest::collection::vec(op(), 1..200)) {
+        fn random_batches_keep_every_invariant(ops in proptest::collection::vec(op(), 1..200)) {
             let settings = SkuSettings::parse(Some(3), Some(5_000)).unwrap();
             let mut book = Book::new(Sku::parse("sku").unwrap(), settings);
             book.ledger.receive(10);
             let mut now = 1_000_000u64;
-            let mut created = 0usize;
             for op in ops {
                 let before = book.ledger;
                 match op {
-                    Op::Reserve { key: k, user, qty, ttl_s } => {
+                    Op::Hold { key: k, user, qty, ttl_s } => {
+                        let qty = Qty::parse(qty.into(), 3).unwrap();
+                        if qty.units() > book.ledger.available {
+                            continue;
+                        }
                         let user = UserId::parse(&format!("user-{user}")).unwrap();
-                        let ttl = ttl_s.map(|s| TtlMs::parse(i64::from(s) * 1_000).unwrap());
-                        let out = book.reserve(key(k), user.clone(), Qty::parse(qty.into(), 3).unwrap(), ttl, now);
-                        match out {
-                            ReserveOutcome::Held(r) => {
-                                created += 1;
-                                prop_assert_eq!(book.ledger.available + r.qty.units(), before.available);
-                            }
-                            ReserveOutcome::Replay(r) => {
-                                prop_assert_eq!(r.user_id, user);
-                                prop_assert_eq!(book.ledger, before);
-                            }
-                            _ => prop_assert_eq!(book.ledger, before),
-                        }
+                        let free = book.get(&key(k)).is_none()
+                            && !book.reservations().any(|r| r.user_id == user && r.status.is_active());
+                        let mut b = batch(now);
+                        b.holds.push(NewHold {
+                            request_key: key(k),
+                            user_id: user,
+                            qty,
+                            expires_at_ms: now + u64::from(ttl_s) * 1_000,
+                        });
+                        let out = book.commit(&b).unwrap();
+                        prop_assert_eq!(out.inserted, vec![free]);
+                        let held = if free { qty.units() } else { 0 };
+                        prop_assert_eq!(book.ledger.available + held, before.available);
                     }
-                    Op::Confirm(k) => {
-                        if let Some((v, r)) = book.confirm(&key(k), now) {
-                            if v.result.is_ok() { prop_assert_eq!(r.status, Status::Sold); }
-                        }
-                    }
-                    Op::Release(k) => {
-                        if let Some((v, r)) = book.release(&key(k), now) {
-                            if v.result.is_ok() {
-                                prop_assert!(matches!(r.status, Status::Released | Status::Expired));
-                            }
-                        }
-                    }
+                    Op::Confirm(k) => act(&mut book, k, now, |r| r.confirm(now)),
+                    Op::Release(k) => act(&mut book, k, now, |r| r.release(now)),
                     Op::Extend(k, s) => {
-                        let _ = book.extend(&key(k), TtlMs::parse(i64::from(s) * 1_000).unwrap(), now);
+                        let ttl = TtlMs::parse(i64::from(s) * 1_000).unwrap();
+                        act(&mut book, k, now, |r| r.extend(now, ttl));
                     }
-                    Op::Expire => {
-                        let back = book.expire_due(now);
+                    Op::Sweep => {
+                        let mut b = batch(now);
+                        b.sweep = true;
+                        let out = book.commit(&b).unwrap();
+                        let back: u64 = out.expired.iter().map(|(_, q)| q.units()).sum();
                         prop_assert_eq!(book.ledger.available, before.available + back);
-                        prop_assert_eq!(book.expire_due(now), 0, "a second expiry returns nothing");
+                        prop_assert!(book.commit(&b).unwrap().expired.is_empty(), "a second sweep expires nothing");
                     }
                     Op::Advance(ms) => now += u64::from(ms),
-                    Op::Receive(n) => book.ledger.receive(n.into()),
+                    Op::Receive(n) => {
+                        let mut b = batch(now);
+                        b.changes.push(StockChange::Receive(n.into()));
+                        book.commit(&b).unwrap();
+                    }
                 }
                 prop_assert!(book.ledger.is_balanced());
                 prop_assert_eq!(book.ledger.held, units_in(&book, Status::Held));
                 prop_assert_eq!(book.ledger.sold, units_in(&book, Status::Sold));
-                prop_assert_eq!(book.reservations().count(), created);
                 let mut users = std::collections::HashSet::new();
                 for r in book.reservations().filter(|r| r.status.is_active()) {
                     prop_assert!(users.insert(r.user_id.clone()), "one active reservation per user");
@@ -355,27 +286,30 @@ mod tests {
         }
     }
 
-    /// Goal: a confirm after expiry fails, and the units come back once.
+    /// Goal: a transition the rows do not allow is refused, as the store's
+    /// conditional update refuses it (negative control): confirming a hold
+    /// that the sweep already expired.
     #[test]
-    fn confirm_after_expiry_returns_units_once() {
+    fn a_transition_of_a_row_no_longer_held_is_refused() {
         let mut book = Book::new(Sku::parse("s").unwrap(), SkuSettings::default());
         book.ledger.receive(1);
-        let k = key(1);
-        let out = book.reserve(
-            k.clone(),
-            UserId::parse("u").unwrap(),
-            Qty::ONE,
-            Some(TtlMs::parse(1_000).unwrap()),
-            0,
-        );
-        assert!(matches!(out, ReserveOutcome::Held(_)));
-        assert_eq!(book.ledger.available, 0);
-        let (v, r) = book.confirm(&k, 1_000).unwrap();
-        assert!(v.result.is_err());
-        assert_eq!(r.status, Status::Expired);
+        let mut b = batch(0);
+        b.holds.push(NewHold {
+            request_key: key(1),
+            user_id: UserId::parse("u").unwrap(),
+            qty: Qty::ONE,
+            expires_at_ms: 1_000,
+        });
+        assert_eq!(book.commit(&b).unwrap().inserted, vec![true]);
+        let mut sweep = batch(1_000);
+        sweep.sweep = true;
+        assert_eq!(book.commit(&sweep).unwrap().expired.len(), 1);
         assert_eq!(book.ledger.available, 1);
-        assert_eq!(book.expire_due(2_000), 0);
-        assert_eq!(book.release(&k, 2_000).unwrap().0.change, None);
-        assert_eq!(book.ledger.available, 1);
+        let mut confirm = batch(1_000);
+        confirm
+            .transitions
+            .push((key(1), Qty::ONE, Transition::Confirm));
+        assert!(book.commit(&confirm).is_err());
+        assert_eq!(book.get(&key(1)).unwrap().status, Status::Expired);
     }
 }

@@ -38,7 +38,7 @@ pub use allocation::{
     AgentSession, Allocation, AllocationError, Moves, RegionAllocation, Report, Synced,
     TakeHistory, Taken,
 };
-pub use book::{Book, ReserveOutcome};
+pub use book::Book;
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
