@@ -9,8 +9,11 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::{assert_balanced, stored, TestDb};
 use escrow_core::batch::BatchOutcome;
 use escrow_core::owner::{Action, Command, Io, OwnerConfig, ReserveRequest, SkuOwner, Ticket};
 use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
@@ -282,6 +285,7 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
         rows.len(),
         pair.decisions
     );
+    assert_balanced(&stored(&TestDb::postgres(pool.clone()), "tee").await);
     println!(
         "fidelity: {} decisions, {} reservations, ledger {:?}",
         pair.decisions,
