@@ -160,11 +160,11 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
         .create_sku(epoch, &tenant, &sku, settings, 5)
         .await
         .unwrap());
-    let stored = store.load_sku(&tenant, &sku).await.unwrap().unwrap();
+    let loaded = store.load_sku(&tenant, &sku).await.unwrap().unwrap();
     let mut book = Book::new(sku.clone(), settings);
     book.ledger.receive(5);
     let db = Database::new(tenant.clone(), book, Mode::Escrow);
-    assert_eq!(db.record(), stored, "both databases start alike");
+    assert_eq!(db.record(), loaded, "both databases start alike");
     let cfg = OwnerConfig {
         max_in_flight: 8,
         parked_max: 64,
@@ -172,7 +172,7 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
         transfer_id_prefix: "fidelity".into(),
     };
     let mut pair = Pair {
-        agent: SkuOwner::new(cfg.clone(), stored, T0_MS),
+        agent: SkuOwner::new(cfg.clone(), loaded, T0_MS),
         sim: SkuOwner::new(cfg, db.record(), T0_MS),
         store,
         epoch,
