@@ -125,8 +125,8 @@ impl Pair {
                     for r in &batch.returns {
                         self.pool.units += r.units;
                     }
-                    self.agent.handle_commit_result(Ok(from_pg));
-                    self.sim.handle_commit_result(Ok(from_sim));
+                    self.agent.handle_commit_result(batch.clone(), Ok(from_pg));
+                    self.sim.handle_commit_result(batch, Ok(from_sim));
                 }
                 Io::Reload => panic!("no commit fails in this stream"),
             }

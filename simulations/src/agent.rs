@@ -572,8 +572,9 @@ impl Agent {
         self.stats.commits += 1;
         let outcome = self.db.commit(&batch);
         self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
-        self.owner.handle_commit_result(Ok(outcome));
-        if !batch.returns.is_empty() || !batch.grants.is_empty() {
+        let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
+        self.owner.handle_commit_result(batch, Ok(outcome));
+        if moved {
             self.request_sync(now_us, out);
         }
         self.pump(now_us, out);

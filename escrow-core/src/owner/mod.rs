@@ -156,8 +156,8 @@ impl Work {
 enum Phase {
     Idle,
     Reloading(Work),
-    /// An admin change's commit, with its ticket and batch.
-    Admin(Work, Ticket, Batch),
+    /// An admin change's commit, with its ticket.
+    Admin(Work, Ticket),
     ReadingActs(Work),
     Taking(Work),
     Committing(Work),
@@ -561,10 +561,15 @@ impl SkuOwner {
         self.build(work);
     }
 
-    /// How [`Io::Commit`] ended.
-    pub fn handle_commit_result(&mut self, result: Result<BatchOutcome, CommitError>) {
+    /// How [`Io::Commit`] ended, with the batch handed back (the owner
+    /// lends it to the driver rather than copy it on every commit).
+    pub fn handle_commit_result(
+        &mut self,
+        batch: Batch,
+        result: Result<BatchOutcome, CommitError>,
+    ) {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
-            Phase::Admin(work, ticket, batch) => match result {
+            Phase::Admin(work, ticket) => match result {
                 Ok(_) => {
                     for change in &batch.changes {
                         self.apply_change(*change);
@@ -578,8 +583,11 @@ impl SkuOwner {
                     self.refuse(work);
                 }
             },
-            Phase::Committing(work) => match result {
-                Ok(outcome) => self.committed(work, outcome),
+            Phase::Committing(mut work) => match result {
+                Ok(outcome) => {
+                    work.batch = batch;
+                    self.committed(work, outcome)
+                }
                 Err(error) => {
                     self.commit_failed(error);
                     self.refuse(work);
@@ -612,8 +620,8 @@ impl SkuOwner {
                 Ok(changes) => {
                     let mut batch = Batch::new(self.tenant.clone(), self.sku.clone(), work.now_ms);
                     batch.changes = changes;
-                    self.io = Some(Io::Commit(batch.clone()));
-                    self.phase = Phase::Admin(work, ticket, batch);
+                    self.io = Some(Io::Commit(batch));
+                    self.phase = Phase::Admin(work, ticket);
                     return;
                 }
             }
@@ -797,7 +805,11 @@ impl SkuOwner {
         if work.batch.is_empty() {
             return self.committed(work, BatchOutcome::default());
         }
-        self.io = Some(Io::Commit(work.batch.clone()));
+        let batch = std::mem::replace(
+            &mut work.batch,
+            Batch::new(self.tenant.clone(), self.sku.clone(), work.now_ms),
+        );
+        self.io = Some(Io::Commit(batch));
         self.phase = Phase::Committing(work);
     }
 

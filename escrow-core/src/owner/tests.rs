@@ -151,11 +151,12 @@ impl Harness {
                 }
                 Io::Commit(batch) => {
                     if std::mem::take(&mut self.fail_next_commit) {
-                        self.owner.handle_commit_result(Err(CommitError::Failed));
+                        self.owner
+                            .handle_commit_result(batch, Err(CommitError::Failed));
                         continue;
                     }
                     let outcome = self.write(&batch);
-                    self.owner.handle_commit_result(Ok(outcome));
+                    self.owner.handle_commit_result(batch, Ok(outcome));
                 }
                 Io::Reload => self.owner.handle_reload(Some(Self::record(&self.book))),
             }

@@ -322,7 +322,7 @@ impl Driver {
                     let result = self.commit(&batch).await;
                     let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
                     let committed = result.is_ok();
-                    self.owner.handle_commit_result(result);
+                    self.owner.handle_commit_result(batch, result);
                     if committed && moved {
                         // Returned units are free for others only once the
                         // coordinator has them; acks free its outbox.
