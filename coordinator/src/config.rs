@@ -24,7 +24,8 @@ pub struct Config {
     #[arg(long = "region-token", env = "ESCROW_REGION_TOKENS", value_delimiter = ',', hide_env_values = true,
           value_parser = parse_region_token)]
     pub region_tokens: Vec<(RegionName, String)>,
-    /// Rebalancing policy: tail-merge, refill, proportional, static or central.
+    /// Rebalancing policy of SKUs that do not choose one: tail-merge,
+    /// refill, proportional, static or central.
     #[arg(long, env = "COORDINATOR_POLICY", default_value = "tail-merge")]
     pub policy: String,
     /// How often agents sync, ms (the policy's refill lead time).

@@ -11,20 +11,18 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod notices;
+pub mod policies;
 pub mod store;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use escrow_core::policy::{
-    CentralOnly, ProportionalShare, RefillOnLowWater, StaticSplit, TailMerge,
-};
-use escrow_core::Policy;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
+use crate::policies::Policies;
 use crate::store::Store;
 
 /// Shared state of a running coordinator; cheap to clone.
@@ -34,18 +32,18 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     store: Store,
     auth: Auth,
-    policy: Box<dyn Policy>,
+    policies: Policies,
     stale_report_ms: u64,
     metrics: PrometheusHandle,
 }
 
 impl AppState {
     /// State over a migrated database.
-    pub fn new(store: Store, auth: Auth, policy: Box<dyn Policy>, stale_report_ms: u64) -> Self {
+    pub fn new(store: Store, auth: Auth, policies: Policies, stale_report_ms: u64) -> Self {
         Self(Arc::new(Inner {
             store,
             auth,
-            policy,
+            policies,
             stale_report_ms,
             metrics: service_kit::metrics_handle(),
         }))
@@ -58,9 +56,9 @@ impl AppState {
     pub fn auth(&self) -> &Auth {
         &self.0.auth
     }
-    /// The rebalancing policy.
-    pub fn policy(&self) -> &dyn Policy {
-        self.0.policy.as_ref()
+    /// The default policy and each SKU's choice.
+    pub fn policies(&self) -> &Policies {
+        &self.0.policies
     }
     /// Age after which a region's report counts as stale.
     pub fn stale_report_ms(&self) -> u64 {
@@ -70,22 +68,6 @@ impl AppState {
     pub fn metrics(&self) -> &PrometheusHandle {
         &self.0.metrics
     }
-}
-
-/// The policy of a name given on the command line.
-pub fn policy_named(name: &str, sync_interval_ms: u64) -> Option<Box<dyn Policy>> {
-    let mut tail = TailMerge::default();
-    tail.settings.refill.sync_interval_ms = sync_interval_ms;
-    let mut refill = RefillOnLowWater::default();
-    refill.settings.sync_interval_ms = sync_interval_ms;
-    Some(match name {
-        "tail-merge" => Box::new(tail),
-        "refill" => Box::new(refill),
-        "proportional" => Box::new(ProportionalShare::default()),
-        "static" => Box::new(StaticSplit),
-        "central" => Box::new(CentralOnly),
-        _ => return None,
-    })
 }
 
 /// The HTTP router of a coordinator.

@@ -6,8 +6,9 @@ use anyhow::Context;
 use clap::Parser;
 use coordinator::auth::Auth;
 use coordinator::config::Config;
+use coordinator::policies::Policies;
 use coordinator::store::{Store, MIGRATOR};
-use coordinator::{policy_named, run, AppState};
+use coordinator::{run, AppState};
 use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -17,8 +18,7 @@ use tokio::net::TcpListener;
 async fn main() -> anyhow::Result<()> {
     service_kit::init_tracing();
     let config = Config::parse();
-    let policy = policy_named(&config.policy, config.sync_interval_ms)
-        .with_context(|| format!("unknown policy {}", config.policy))?;
+    let policies = Policies::new(&config.policy, config.sync_interval_ms).context("--policy")?;
     // A statement that hangs must fail rather than hold SKU locks forever.
     let options = PgConnectOptions::from_str(&config.database_url)
         .context("parsing --database-url")?
@@ -33,7 +33,7 @@ async fn main() -> anyhow::Result<()> {
     let state = AppState::new(
         Store::new(pool),
         Auth::new(config.admin_token, config.region_tokens),
-        policy,
+        policies,
         config.stale_report_ms,
     );
     let listener = TcpListener::bind(config.listen)

@@ -561,8 +561,19 @@ impl Allocation {
     }
 }
 
-/// Applies one agent's sync to every SKU its region takes part in (each
-/// SKU with the region's index in it): a request from an older epoch is
+/// One SKU a sync concerns: its state, the syncing region's index in it
+/// and the policy it runs.
+#[derive(Debug)]
+pub struct Participant<'a> {
+    /// The SKU.
+    pub allocation: &'a mut Allocation,
+    /// The syncing region's index in `allocation.regions`.
+    pub region: usize,
+    /// The SKU's policy.
+    pub policy: &'a dyn Policy,
+}
+
+/// Applies one agent's sync to every SKU its region takes part in: a request from an older epoch is
 /// refused; acks move grants to leased; each return not applied before goes
 /// back to the pool and settles recalls; a report newer than the last
 /// applied one (`session`) replaces it; then every SKU is rebalanced, and
@@ -573,12 +584,11 @@ impl Allocation {
 /// confirmed: after the sync no acknowledged grant is pending and every
 /// return is applied, now or before.
 pub fn sync(
-    skus: &mut [(&mut Allocation, usize)],
+    skus: &mut [Participant<'_>],
     session: Option<AgentSession>,
     req: &SyncRequest,
     applied_before: &HashSet<String>,
     now_ms: u64,
-    policy: &dyn Policy,
     new_id: &mut dyn FnMut() -> String,
 ) -> Result<Synced, AllocationError> {
     if session.is_some_and(|s| req.epoch < s.epoch) {
@@ -595,8 +605,8 @@ pub fn sync(
         skus: Vec::with_capacity(skus.len()),
     };
     let mut moves = Vec::with_capacity(skus.len());
-    for (index, (allocation, region)) in skus.iter_mut().enumerate() {
-        let region = *region;
+    for (index, participant) in skus.iter_mut().enumerate() {
+        let (allocation, region) = (&mut *participant.allocation, participant.region);
         for id in &req.acks {
             allocation.deliver(region, id);
         }
@@ -613,7 +623,7 @@ pub fn sync(
             }
             allocation.regions[region].rtt_ms = rtt_ms;
         }
-        moves.push(allocation.rebalance(policy, new_id));
+        moves.push(allocation.rebalance(participant.policy, new_id));
         response.grants.extend(allocation.pending_grants(region));
         response.skus.push(allocation.directive(region));
     }
@@ -635,15 +645,15 @@ pub fn sync(
 /// would take more than the region's lease (counting the grants this
 /// request acknowledges).
 fn returns_to_apply<'r>(
-    skus: &[(&mut Allocation, usize)],
+    skus: &[Participant<'_>],
     req: &'r SyncRequest,
     applied_before: &HashSet<String>,
 ) -> Result<Vec<(usize, &'r TransferMsg)>, AllocationError> {
     let acks: HashSet<&str> = req.acks.iter().map(String::as_str).collect();
     let mut room: Vec<u64> = skus
         .iter()
-        .map(|(allocation, region)| {
-            let r = &allocation.regions[*region];
+        .map(|p| {
+            let r = &p.allocation.regions[p.region];
             let acked: u64 = r
                 .grants
                 .iter()
@@ -659,7 +669,7 @@ fn returns_to_apply<'r>(
         check_transfer("return", &ret.id, ret.units)?;
         let index = skus
             .iter()
-            .position(|(allocation, _)| allocation.is_for(&ret.tenant, &ret.sku))
+            .position(|p| p.allocation.is_for(&ret.tenant, &ret.sku))
             .ok_or_else(|| {
                 AllocationError::Invalid(format!(
                     "return for a SKU this region has no part in: {}",
@@ -746,12 +756,15 @@ mod tests {
         now_ms: u64,
     ) -> Result<Synced, AllocationError> {
         sync(
-            &mut [(sku, 0)],
+            &mut [Participant {
+                allocation: sku,
+                region: 0,
+                policy: &StaticSplit,
+            }],
             session,
             req,
             applied,
             now_ms,
-            &StaticSplit,
             &mut ids(),
         )
     }
@@ -935,7 +948,7 @@ mod tests {
                         let mut req = sync_req(seqs[r], ack_ids.clone(), rets.clone(), u64::from(available));
                         req.skus[0].sale_rate_per_s = f64::from(rate);
                         let new_units: u64 = rets.iter().filter(|t| !applied[r].contains(&t.id)).map(|t| t.units).sum();
-                        let out = sync(&mut [(&mut a, r)], sessions[r], &req, &applied[r], 1_000, policy.as_ref(), &mut next_id);
+                        let out = sync(&mut [Participant { allocation: &mut a, region: r, policy: policy.as_ref() }], sessions[r], &req, &applied[r], 1_000, &mut next_id);
                         match out {
                             Ok(out) => {
                                 prop_assert!(new_units <= before.regions[r].leased + acked);

@@ -16,6 +16,7 @@
 //! - [`book`]: a complete in-memory SKU book combining the above; the model
 //!   the property tests and the simulator drive.
 //! - [`policy`]: how the coordinator splits and moves quota between regions.
+//! - [`policy_choice`]: a SKU's policy by name, with settings an admin may override.
 //! - [`allocation`]: the coordinator's rules for one SKU: syncs, takes and
 //!   admin changes over the pool, grants in transit and leases.
 //! - [`protocol`]: the messages between region agents and the coordinator.
@@ -29,6 +30,7 @@ pub mod ids;
 pub mod ledger;
 pub mod owner;
 pub mod policy;
+pub mod policy_choice;
 pub mod protocol;
 pub mod rate;
 pub mod reservation;
@@ -42,5 +44,6 @@ pub use book::Book;
 pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
 pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
+pub use policy_choice::{ChoiceError, PolicyChoice};
 pub use rate::RateMeter;
 pub use reservation::{Refusal, Reservation, Status, Transition};

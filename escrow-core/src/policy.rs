@@ -160,6 +160,7 @@ impl Policy for StaticSplit {
 
 /// Refill settings shared by the refilling policies.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RefillSettings {
     /// Share of the total kept in the pool at creation, 0.0..=1.0.
     pub reserve_fraction: f64,
@@ -253,7 +254,8 @@ impl Policy for RefillOnLowWater {
 /// Share the remainder in proportion to recent demand (as capacity
 /// allocators such as Doorman do): regions above their share give back the
 /// surplus, regions below get the difference from the pool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProportionalShare {
     /// Share of the total kept in the pool at creation.
     pub reserve_fraction: f64,
@@ -309,6 +311,7 @@ impl Policy for ProportionalShare {
 
 /// Settings of [`TailMerge`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TailMergeSettings {
     /// Refill behaviour before the tail.
     pub refill: RefillSettings,

@@ -69,6 +69,14 @@ enum SkuCommand {
         /// Default hold duration in ms.
         #[arg(long)]
         hold_ttl_ms: Option<u64>,
+        /// Rebalancing policy: tail-merge, refill, proportional, static or
+        /// central (default: the coordinator's `--policy`).
+        #[arg(long)]
+        policy: Option<String>,
+        /// A policy setting, `KEY=VALUE`, repeatable; nested keys are
+        /// dotted (`refill.low_water_s=2`); VALUE is JSON, else a string.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        settings: Vec<String>,
     },
     /// Totals, pool, in transit and every region's counters.
     Show {
@@ -100,6 +108,35 @@ fn sku_path(id: &str) -> anyhow::Result<String> {
         bail!("expected TENANT/SKU");
     }
     Ok(format!("/v1/admin/skus/{tenant}/{sku}"))
+}
+
+/// Policy settings from `KEY=VALUE` pairs, nested by the key's dots.
+fn settings(raw: &[String]) -> anyhow::Result<Option<Value>> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let mut root = json!({});
+    for pair in raw {
+        let (key, value) = pair.split_once('=').context("expected KEY=VALUE")?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+        let mut parts: Vec<&str> = key.split('.').collect();
+        let last = parts
+            .pop()
+            .filter(|k| !k.is_empty())
+            .context("empty setting name")?;
+        let mut node = &mut root;
+        for part in parts {
+            node = node
+                .as_object_mut()
+                .with_context(|| format!("{key}: {part} is also set as a value"))?
+                .entry(part)
+                .or_insert_with(|| json!({}));
+        }
+        node.as_object_mut()
+            .with_context(|| format!("{key}: a parent is also set as a value"))?
+            .insert(last.to_owned(), value);
+    }
+    Ok(Some(root))
 }
 
 fn weights(raw: &[String]) -> anyhow::Result<Option<Value>> {
@@ -169,6 +206,7 @@ fn sku_table(sku: &Value) -> String {
         "pool",
         "in transit",
         "mode",
+        "policy",
         "paused",
         "drift",
     ]);
@@ -178,6 +216,7 @@ fn sku_table(sku: &Value) -> String {
         cell(&sku["pool"]),
         cell(&sku["in_transit"]),
         cell(&sku["mode"]),
+        cell(&sku["policy"]),
         cell(&sku["paused"]),
         cell(&sku["drift"]),
     ]);
@@ -228,6 +267,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     regions,
                     max_per_user,
                     hold_ttl_ms,
+                    policy,
+                    settings: set,
                 } => {
                     let mut body = json!({"total": total});
                     if let Some(w) = weights(&regions)? {
@@ -238,6 +279,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     if let Some(t) = hold_ttl_ms {
                         body["hold_ttl_ms"] = json!(t);
+                    }
+                    if let Some(p) = policy {
+                        body["policy"] = json!(p);
+                    }
+                    if let Some(s) = settings(&set)? {
+                        body["settings"] = s;
                     }
                     api.call(Method::PUT, &sku_path(&id)?, Some(body)).await?
                 }

@@ -21,7 +21,7 @@ async fn serve(pool: &PgPool) -> String {
             Some(ADMIN.to_owned()),
             vec![(RegionName::parse("eu").unwrap(), "t".to_owned())],
         ),
-        coordinator::policy_named("tail-merge", 200).unwrap(),
+        coordinator::policies::Policies::new("tail-merge", 200).unwrap(),
         10_000,
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -144,4 +144,72 @@ async fn subcommands_and_audit_exit_status(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Goal: `sku put --policy NAME --set KEY=VALUE` chooses a SKU's policy
+/// and its settings (nested keys dotted, values as JSON), `sku show`
+/// shows them, and a bad name or setting exits 2 with the coordinator's
+/// reason and changes nothing.
+#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
+async fn sku_put_chooses_the_policy(pool: PgPool) {
+    let url = serve(&pool).await;
+    let put = |extra: &'static [&'static str]| {
+        let url = url.clone();
+        async move {
+            let mut args = vec!["--json", "sku", "put", "acme/drop", "--total", "50"];
+            args.extend_from_slice(extra);
+            ctl(&url, &args).await
+        }
+    };
+    let out = put(&[]).await;
+    assert_eq!(
+        (&json(&out)["policy"], &json(&out)["policy_is_default"]),
+        (&Value::from("tail-merge"), &Value::from(true))
+    );
+
+    let out = put(&[
+        "--policy",
+        "refill",
+        "--set",
+        "low_water_s=2.5",
+        "--set",
+        "min_units=4",
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    assert_eq!(shown["policy"], "refill");
+    assert_eq!(shown["settings"]["low_water_s"], 2.5);
+    assert_eq!(shown["settings"]["min_units"], 4);
+
+    let out = put(&["--policy", "tail-merge", "--set", "refill.refill_s=7"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["settings"]["refill"]["refill_s"], 7.0);
+
+    for bad in [
+        &["--policy", "fastest"][..],
+        &["--set", "refill.nope=1"][..],
+        &["--set", "merge_fraction=3"][..],
+    ] {
+        let mut args = vec!["sku", "put", "acme/drop", "--total", "50"];
+        args.extend_from_slice(bad);
+        let out = ctl(&url, &args).await;
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("policy"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let after = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    assert_eq!(after["policy"], "tail-merge");
+    assert_eq!(after["settings"]["refill"]["refill_s"], 7.0);
 }

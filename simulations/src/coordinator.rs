@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use escrow_core::allocation::{
-    self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
+    self, AgentSession, Allocation, AllocationError, Moves, Participant, TakeHistory,
 };
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
 use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant};
@@ -136,12 +136,15 @@ impl Coordinator {
     pub fn on_sync(&mut self, now_us: u64, r: usize, req: &SyncRequest) -> Option<SyncResponse> {
         let seq = &mut self.grant_seq;
         let synced = match allocation::sync(
-            &mut [(&mut self.allocation, r)],
+            &mut [Participant {
+                allocation: &mut self.allocation,
+                region: r,
+                policy: self.policy.as_ref(),
+            }],
             self.sessions[r],
             req,
             &self.applied_returns[r],
             now_us / 1_000,
-            self.policy.as_ref(),
             &mut || next_grant_id(seq),
         ) {
             Ok(synced) => synced,

@@ -1,17 +1,16 @@
 //! The policies a simulation can run, by name, built from a scenario's settings.
 //!
-//! These are escrow-core's policies, the ones the coordinator runs; the
-//! simulator only chooses one and fills in its settings.
+//! These are escrow-core's policies, the ones the coordinator runs, chosen
+//! the way an admin chooses them for a SKU ([`PolicyChoice`]); the
+//! simulator only fills in the scenario's settings.
 
-use escrow_core::policy::{
-    CentralOnly, ProportionalShare, RefillOnLowWater, StaticSplit, TailMerge,
-};
-use escrow_core::Policy;
+use escrow_core::policy::ProportionalShare;
+use escrow_core::{Policy, PolicyChoice};
 
 use crate::scenario::PolicySettings;
 
 /// Every policy name, in the order reports list them.
-pub const POLICY_NAMES: [&str; 5] = ["static", "refill", "proportional", "tail-merge", "central"];
+pub const POLICY_NAMES: [&str; 5] = PolicyChoice::NAMES;
 
 /// The policy called `name` with `settings`; `None` if there is no such policy.
 pub fn build(
@@ -19,23 +18,16 @@ pub fn build(
     settings: &PolicySettings,
     sync_interval_ms: u64,
 ) -> Option<Box<dyn Policy>> {
-    let policy: Box<dyn Policy> = match name {
-        "static" => Box::new(StaticSplit),
-        "refill" => Box::new(RefillOnLowWater {
-            settings: settings.refill.to_core(sync_interval_ms),
-        }),
-        "proportional" => Box::new(ProportionalShare {
+    let choice = match name {
+        "refill" => PolicyChoice::Refill(settings.refill.to_core(sync_interval_ms)),
+        "proportional" => PolicyChoice::Proportional(ProportionalShare {
             reserve_fraction: settings.proportional.reserve_fraction,
             recall_min_units: settings.proportional.recall_min_units,
         }),
-        "tail-merge" => Box::new(TailMerge {
-            settings: settings.tail_merge.to_core(sync_interval_ms),
-        }),
-        "central" => Box::new(CentralOnly),
-        _ => return None,
+        "tail-merge" => PolicyChoice::TailMerge(settings.tail_merge.to_core(sync_interval_ms)),
+        other => PolicyChoice::defaults(other, sync_interval_ms).ok()?,
     };
-    debug_assert_eq!(policy.name(), name);
-    Some(policy)
+    Some(choice.build())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ApiError;
+use crate::policies::PolicyRequest;
 use crate::store::{parse_weights, SkuSpec, SkuSummary};
 use crate::AppState;
 
@@ -27,6 +28,8 @@ pub struct PutSkuBody {
     regions: Option<HashMap<String, i64>>,
     max_per_user: Option<i64>,
     hold_ttl_ms: Option<i64>,
+    policy: Option<String>,
+    settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `POST .../add-stock` body.
@@ -86,10 +89,13 @@ pub fn sku_json(state: &AppState, view: &SkuSummary) -> serde_json::Value {
         })
         .collect();
     let stale = regions.values().any(|r| r["stale"] == true);
+    let policy = state.policies().of(view.policy.as_ref());
     json!({
         "tenant": view.tenant, "sku": view.sku, "total": view.total, "pool": view.pool,
         "in_transit": view.in_transit, "mode": view.mode, "paused": view.paused,
         "max_per_user": view.max_per_user, "hold_ttl_ms": view.hold_ttl_ms,
+        "policy": policy.name(), "settings": policy.settings(),
+        "policy_is_default": view.policy.is_none(),
         "drift": view.drift, "ledger_drift": view.ledger_drift, "stale": stale,
         "regions": regions,
     })
@@ -126,10 +132,14 @@ pub async fn put_sku(
             .map_err(ApiError::BadRequest)?,
         max_per_user: body.max_per_user,
         hold_ttl_ms: body.hold_ttl_ms,
+        policy: PolicyRequest {
+            name: body.policy,
+            settings: body.settings,
+        },
     };
     let created = state
         .store()
-        .put_sku(&tenant, &sku, &spec, state.policy())
+        .put_sku(&tenant, &sku, &spec, state.policies())
         .await?;
     let view = state.store().sku(&tenant, &sku).await?;
     let status = if created {
@@ -168,7 +178,7 @@ pub async fn add_stock(
     }
     state
         .store()
-        .add_stock(&tenant, &sku, qty, state.policy())
+        .add_stock(&tenant, &sku, qty, state.policies())
         .await?;
     let view = state.store().sku(&tenant, &sku).await?;
     Ok(Json(sku_json(&state, &view)).into_response())

@@ -32,7 +32,7 @@ pub async fn sync(
     let region = authorise(&state, &headers, &region)?;
     let Json(req) = body?;
     Ok(Json(
-        state.store().sync(&region, &req, state.policy()).await?,
+        state.store().sync(&region, &req, state.policies()).await?,
     ))
 }
 
@@ -46,7 +46,7 @@ pub async fn take(
     let region = authorise(&state, &headers, &region)?;
     let Json(req) = body?;
     Ok(Json(
-        state.store().take(&region, &req, state.policy()).await?,
+        state.store().take(&region, &req, state.policies()).await?,
     ))
 }
 

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use escrow_core::{Allocation, Mode, Moves, Policy, RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::{Allocation, Mode, Moves, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
 use serde::Serialize;
 use sqlx::Row;
 
-use super::books::{load, load_to_change, save, stored, timestamp, Loaded, Lock};
+use super::books::{load, load_to_change, save, save_policy, stored, timestamp, Loaded, Lock};
 use super::{new_grant_id, Store, StoreError};
+use crate::policies::{Policies, PolicyRequest};
 
 /// One region's part of a SKU, as the admin API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -64,6 +65,8 @@ pub struct SkuSummary {
     pub max_per_user: u32,
     /// Default hold duration.
     pub hold_ttl_ms: u64,
+    /// The policy the SKU chose; `None` runs the coordinator's default.
+    pub policy: Option<PolicyChoice>,
     /// `pool + in_transit + sum(reported available + held + sold) - total`.
     pub drift: i64,
     /// `pool + in_transit + sum(leased) - total`: the coordinator's own books.
@@ -124,6 +127,7 @@ fn summary_of(loaded: &Loaded) -> Result<SkuSummary, StoreError> {
         paused: a.paused,
         max_per_user: a.settings.max_per_user,
         hold_ttl_ms: a.settings.hold_ttl.get(),
+        policy: loaded.policy.clone(),
         drift: signed(a.drift(), "drift")?,
         ledger_drift: signed(a.ledger_drift(), "ledger drift")?,
         regions,
@@ -148,19 +152,27 @@ fn reweigh(loaded: &mut Loaded, weights: &[(RegionName, u32)]) -> Vec<u32> {
 }
 
 impl Store {
-    /// Creates a SKU (true) or changes it (false), then rebalances it.
+    /// Creates a SKU (true) or changes it (false), then rebalances it
+    /// under the policy it runs after the change.
     pub async fn put_sku(
         &self,
         tenant: &Tenant,
         sku: &Sku,
         spec: &SkuSpec,
-        policy: &dyn Policy,
+        policies: &Policies,
     ) -> Result<bool, StoreError> {
         let invalid = |e: escrow_core::IdError| StoreError::Invalid(e.to_string());
         let mut tx = self.pool.begin().await?;
         let existing =
             load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
         let created = existing.is_none();
+        let stored_policy = existing.as_ref().and_then(|l| l.policy.as_ref());
+        let chosen = policies
+            .choose(stored_policy, &spec.policy)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let policy_changed = chosen.as_ref() != stored_policy;
+        let policy = policies.of(chosen.as_ref()).build();
+        let policy = policy.as_ref();
         let (before, mut loaded, split) = match existing {
             None => {
                 let settings =
@@ -177,7 +189,12 @@ impl Store {
                     &mut new_grant_id,
                 );
                 let names = regions.into_iter().map(|(r, _)| r).collect();
-                (None, Loaded { allocation, names }, split)
+                let loaded = Loaded {
+                    allocation,
+                    names,
+                    policy: None,
+                };
+                (None, loaded, split)
             }
             Some(mut loaded) => {
                 let before = loaded.allocation.clone();
@@ -197,6 +214,9 @@ impl Store {
         };
         let moves = loaded.allocation.rebalance(policy, &mut new_grant_id);
         save(&mut tx, before.as_ref(), &loaded.allocation, &loaded.names).await?;
+        if policy_changed {
+            save_policy(&mut tx, tenant, sku, chosen.as_ref()).await?;
+        }
         tx.commit().await?;
         self.observe(&loaded.allocation, &loaded.names, &split);
         self.observe(&loaded.allocation, &loaded.names, &moves);
@@ -209,11 +229,14 @@ impl Store {
         tenant: &Tenant,
         sku: &Sku,
         units: u64,
-        policy: &dyn Policy,
+        policies: &Policies,
     ) -> Result<(), StoreError> {
-        self.change(tenant, sku, |allocation| {
-            allocation.add_stock(units);
-            allocation.rebalance(policy, &mut new_grant_id)
+        self.change(tenant, sku, |loaded| {
+            let policy = policies.of(loaded.policy.as_ref()).build();
+            loaded.allocation.add_stock(units);
+            loaded
+                .allocation
+                .rebalance(policy.as_ref(), &mut new_grant_id)
         })
         .await
     }
@@ -225,8 +248,8 @@ impl Store {
         sku: &Sku,
         paused: bool,
     ) -> Result<(), StoreError> {
-        self.change(tenant, sku, |allocation| {
-            allocation.paused = paused;
+        self.change(tenant, sku, |loaded| {
+            loaded.allocation.paused = paused;
             Moves::default()
         })
         .await
@@ -238,14 +261,14 @@ impl Store {
         &self,
         tenant: &Tenant,
         sku: &Sku,
-        change: impl FnOnce(&mut Allocation) -> Moves,
+        change: impl FnOnce(&mut Loaded) -> Moves,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
         let before = loaded.allocation.clone();
-        let moves = change(&mut loaded.allocation);
+        let moves = change(&mut loaded);
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
         self.observe(&loaded.allocation, &loaded.names, &moves);
@@ -327,6 +350,8 @@ pub struct SkuSpec {
     pub max_per_user: Option<i64>,
     /// Default hold duration in ms.
     pub hold_ttl_ms: Option<i64>,
+    /// The SKU's policy; an empty request keeps the current one.
+    pub policy: PolicyRequest,
 }
 
 /// Region weights parsed from the admin API's `{"eu": 2, ...}`.

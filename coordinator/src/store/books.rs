@@ -1,6 +1,7 @@
 //! One SKU's rows as an escrow-core [`Allocation`], and back.
 //!
-//! `skus` holds the total, pool, mode and settings; `sku_regions` one row
+//! `skus` holds the total, pool, mode, settings and the SKU's own policy
+//! choice, if any; `sku_regions` one row
 //! per region (lease, cumulative returns, pending recall, last report);
 //! `transfers` the grants still `PENDING` (in transit); `regions` each
 //! agent's round trip. [`load`] reads them into an [`Allocation`] with the
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use escrow_core::allocation::{RegionAllocation, Report};
-use escrow_core::{Allocation, Mode, RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::{Allocation, Mode, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
@@ -25,6 +26,8 @@ pub(super) struct Loaded {
     pub allocation: Allocation,
     /// `names[i]` is the region of `allocation.regions[i]`.
     pub names: Vec<RegionName>,
+    /// The policy the SKU chose; `None` runs the coordinator's default.
+    pub policy: Option<PolicyChoice>,
 }
 
 impl Loaded {
@@ -100,7 +103,8 @@ pub(super) async fn load(
         Lock::None => "",
     };
     let row = sqlx::query(&format!(
-        "SELECT tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms
+        "SELECT tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms,
+                policy, policy_settings
          FROM skus WHERE tenant = $1 AND sku = $2 {lock}"
     ))
     .bind(tenant)
@@ -111,6 +115,7 @@ pub(super) async fn load(
         return Ok(None);
     };
     let mode: String = row.try_get("mode")?;
+    let policy = policy_of(row.try_get("policy")?, row.try_get("policy_settings")?)?;
     let max_per_user: i32 = row.try_get("max_per_user")?;
     let mut allocation = Allocation {
         tenant: Tenant::parse(row.try_get("tenant")?).map_err(corrupt("tenant"))?,
@@ -162,7 +167,51 @@ pub(super) async fn load(
             .grants
             .insert(row.try_get("id")?, count(row.try_get("units")?, "grant")?);
     }
-    Ok(Some(Loaded { allocation, names }))
+    Ok(Some(Loaded {
+        allocation,
+        names,
+        policy,
+    }))
+}
+
+/// A stored policy choice: a name and its settings as JSON, both or neither.
+fn policy_of(
+    name: Option<String>,
+    settings: Option<String>,
+) -> Result<Option<PolicyChoice>, StoreError> {
+    match (name, settings) {
+        (None, None) => Ok(None),
+        (Some(name), Some(settings)) => {
+            let settings = serde_json::from_str(&settings).map_err(corrupt("policy settings"))?;
+            PolicyChoice::from_parts(&name, settings)
+                .map(Some)
+                .map_err(corrupt("policy"))
+        }
+        _ => Err(StoreError::Corrupt(
+            "a policy without settings, or settings without a policy".into(),
+        )),
+    }
+}
+
+/// Stores a SKU's policy choice (`None`: the coordinator's default).
+pub(super) async fn save_policy(
+    conn: &mut PgConnection,
+    tenant: &Tenant,
+    sku: &Sku,
+    policy: Option<&PolicyChoice>,
+) -> Result<(), StoreError> {
+    let changed = sqlx::query(
+        "UPDATE skus SET policy = $3, policy_settings = $4, updated_at = now()
+         WHERE tenant = $1 AND sku = $2",
+    )
+    .bind(tenant.as_str())
+    .bind(sku.as_str())
+    .bind(policy.map(PolicyChoice::name))
+    .bind(policy.map(|p| p.settings().to_string()))
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    one_row(changed, "sku policy")
 }
 
 fn region_of(row: &PgRow) -> Result<RegionAllocation, StoreError> {

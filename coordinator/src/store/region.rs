@@ -5,9 +5,11 @@
 use std::collections::HashSet;
 
 use chrono::Utc;
-use escrow_core::allocation::{self, AgentSession, TakeHistory};
+use escrow_core::allocation::{self, AgentSession, Participant, TakeHistory};
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg};
 use escrow_core::{Policy, RegionName};
+
+use crate::policies::Policies;
 use sqlx::PgConnection;
 
 use super::books::{count, load_to_change, save, stored, Loaded, Lock};
@@ -104,7 +106,7 @@ impl Store {
         &self,
         region: &RegionName,
         req: &SyncRequest,
-        policy: &dyn Policy,
+        policies: &Policies,
     ) -> Result<SyncResponse, StoreError> {
         let now_ms = count(Utc::now().timestamp_millis(), "clock")?;
         let seq = stored(req.seq)?;
@@ -123,10 +125,18 @@ impl Store {
         .collect();
 
         let before: Vec<_> = skus.iter().map(|l| l.allocation.clone()).collect();
+        let built: Vec<Box<dyn Policy>> = skus
+            .iter()
+            .map(|l| policies.of(l.policy.as_ref()).build())
+            .collect();
         let mut participants = Vec::with_capacity(skus.len());
-        for loaded in &mut skus {
+        for (loaded, policy) in skus.iter_mut().zip(&built) {
             let index = loaded.index_of(region).ok_or(StoreError::UnknownSku)?;
-            participants.push((&mut loaded.allocation, index));
+            participants.push(Participant {
+                allocation: &mut loaded.allocation,
+                region: index,
+                policy: policy.as_ref(),
+            });
         }
         let synced = allocation::sync(
             &mut participants,
@@ -134,7 +144,6 @@ impl Store {
             req,
             &applied_before,
             now_ms,
-            policy,
             &mut new_grant_id,
         )?;
 
@@ -175,7 +184,7 @@ impl Store {
         &self,
         region: &RegionName,
         req: &TakeRequest,
-        policy: &dyn Policy,
+        policies: &Policies,
     ) -> Result<TakeResponse, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut loaded = load_to_change(&mut tx, &req.tenant, &req.sku, Lock::ForUpdate)
@@ -198,9 +207,11 @@ impl Store {
             Some((false, _)) => TakeHistory::UsedElsewhere,
         };
         let before = loaded.allocation.clone();
-        let taken = loaded
-            .allocation
-            .take(index, req, history, policy, &mut new_grant_id)?;
+        let policy = policies.of(loaded.policy.as_ref()).build();
+        let taken =
+            loaded
+                .allocation
+                .take(index, req, history, policy.as_ref(), &mut new_grant_id)?;
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
         self.observe(&loaded.allocation, &loaded.names, &taken.moves);

@@ -196,7 +196,7 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
     coordinator::AppState::new(
         Store::new(pool.clone()),
         CoordAuth::new(Some(ADMIN.to_owned()), regions),
-        coordinator::policy_named("tail-merge", SYNC_MS).unwrap(),
+        coordinator::policies::Policies::new("tail-merge", SYNC_MS).unwrap(),
         10_000,
     )
 }
