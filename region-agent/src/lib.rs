@@ -7,12 +7,14 @@
 //! request goes unanswered.
 //!
 //! - [`owner`]: the single writer per SKU with group commit.
+//! - [`committer`]: one transaction for the ready batches of many SKUs.
 //! - [`store`]: persistence behind a narrow trait; PostgreSQL or SQLite.
 //! - [`http`]: buyer, admin and operations endpoints.
 //! - [`state`]: what every handler and loop shares ([`AppState`]).
 
 pub mod auth;
 pub mod clock;
+pub mod committer;
 pub mod config;
 pub mod coordinator_client;
 pub mod fence;
@@ -33,6 +35,7 @@ use tokio::net::TcpListener;
 
 use crate::auth::Auth;
 use crate::clock::Clock;
+use crate::committer::Committer;
 use crate::coordinator_client::CoordinatorLink;
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
@@ -86,6 +89,7 @@ pub async fn start(
     let fence = Arc::new(Fence::new(epoch));
     let keys = Arc::new(KnownKeys::default());
     let deps = OwnerDeps {
+        committer: Committer::spawn(store.clone(), fence.clone()),
         store: store.clone(),
         clock: clock.clone(),
         fence: fence.clone(),

@@ -16,6 +16,8 @@ use serde_json::json;
 
 conformance!(
     a_wrong_batch_is_refused_whole,
+    batches_of_many_skus_share_a_commit_and_fail_alone,
+    the_committer_answers_a_failed_batch_alone,
     units_freed_in_a_batch_serve_its_overflow
 );
 
@@ -99,6 +101,134 @@ async fn a_wrong_batch_is_refused_whole(db: TestDb) {
         Err(StoreError::Fenced)
     ));
     assert_eq!(stored(&db, "drop").await.available, 1);
+}
+
+/// Goal: batches of several SKUs commit in one transaction all or
+/// nothing, and a failure names the batch whose own writes failed (an
+/// oversold batch, a stale transition), so the committer can answer it
+/// alone and commit the rest; an old epoch commits none and names none.
+async fn batches_of_many_skus_share_a_commit_and_fail_alone(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
+    for sku in ["a", "b", "c", "d"] {
+        agent.api().put_sku("acme", sku, json!({"total": 2})).await;
+    }
+    let epoch = agent.state.fence().epoch();
+    agent.stop().await;
+    let (store, _) = open_store(&db).await;
+    let batch = |sku: &str, keys: &[&str]| {
+        let mut b = Batch::new(Tenant::parse("acme").unwrap(), Sku::parse(sku).unwrap(), 1);
+        b.holds = keys
+            .iter()
+            .map(|k| hold(&format!("{sku}-{k}"), k))
+            .collect();
+        b
+    };
+    let a = batch("a", &["u1"]);
+    let oversold = batch("b", &["u1", "u2", "u3"]);
+    let c = batch("c", &["u1", "u2"]);
+    let mut stale = batch("d", &["u1"]);
+    stale.transitions = vec![(
+        RequestKey::parse("d-never-held").unwrap(),
+        Qty::ONE,
+        Transition::Confirm,
+    )];
+    let held = async |db: &TestDb| {
+        let mut out = Vec::new();
+        for sku in ["a", "b", "c", "d"] {
+            let s = stored(db, sku).await;
+            assert_balanced(&s);
+            assert_eq!(s.held, s.rows_held);
+            out.push(s.held);
+        }
+        out
+    };
+
+    let old = region_agent::store::Epoch(epoch.0 - 1);
+    let fenced = store.commit_all(old, &[&a, &c]).await.unwrap_err();
+    assert!(matches!(
+        (fenced.batch, fenced.error),
+        (None, StoreError::Fenced)
+    ));
+
+    let failed = store
+        .commit_all(epoch, &[&a, &oversold, &c])
+        .await
+        .unwrap_err();
+    assert_eq!(failed.batch, Some(1));
+    assert!(matches!(failed.error, StoreError::Conflict(_)));
+    let failed = store
+        .commit_all(epoch, &[&a, &c, &stale])
+        .await
+        .unwrap_err();
+    assert_eq!(failed.batch, Some(2));
+    assert_eq!(
+        held(&db).await,
+        [0, 0, 0, 0],
+        "a failed transaction wrote nothing"
+    );
+
+    let outcomes = store.commit_all(epoch, &[&a, &c]).await.unwrap();
+    assert_eq!(outcomes[0].inserted, [true]);
+    assert_eq!(outcomes[1].inserted, [true, true]);
+    assert_eq!(held(&db).await, [1, 0, 2, 0]);
+}
+
+/// Goal: through the committer, batches of many SKUs sent at once are
+/// each answered for themselves however they were grouped: the oversold
+/// and the stale batches fail with a conflict and write nothing, every
+/// other batch commits, and each owner gets its own batch back.
+async fn the_committer_answers_a_failed_batch_alone(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
+    let skus: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+    for sku in &skus {
+        agent.api().put_sku("acme", sku, json!({"total": 2})).await;
+    }
+    let fence = std::sync::Arc::new(region_agent::fence::Fence::new(agent.state.fence().epoch()));
+    agent.stop().await;
+    let (store, _) = open_store(&db).await;
+    let committer = region_agent::committer::Committer::spawn(store, fence);
+    let batches = skus.iter().enumerate().map(|(i, sku)| {
+        let mut b = Batch::new(Tenant::parse("acme").unwrap(), Sku::parse(sku).unwrap(), 1);
+        let holds = if i % 4 == 1 { 3 } else { 1 };
+        b.holds = (0..holds)
+            .map(|h| hold(&format!("{sku}-{h}"), &format!("u{h}")))
+            .collect();
+        if i % 4 == 2 {
+            b.transitions = vec![(
+                RequestKey::parse(&format!("{sku}-never-held")).unwrap(),
+                Qty::ONE,
+                Transition::Confirm,
+            )];
+        }
+        b
+    });
+    let sent: Vec<_> = batches
+        .map(|b| {
+            let committer = committer.clone();
+            tokio::spawn(async move { committer.commit(b).await })
+        })
+        .collect();
+    for (i, answer) in sent.into_iter().enumerate() {
+        let (batch, outcome) = answer.await.unwrap();
+        let sku = &skus[i];
+        assert_eq!(
+            batch.sku.as_str(),
+            sku,
+            "each owner gets its own batch back"
+        );
+        let s = stored(&db, sku).await;
+        assert_balanced(&s);
+        if i % 4 == 1 || i % 4 == 2 {
+            assert!(
+                matches!(outcome, Err(StoreError::Conflict(_))),
+                "{sku}: {outcome:?}"
+            );
+            assert_eq!((s.held, s.rows_held), (0, 0), "{sku}");
+        } else {
+            assert!(outcome.is_ok(), "{sku}: {outcome:?}");
+            assert_eq!((s.held, s.rows_held), (1, 1), "{sku}");
+        }
+    }
 }
 
 /// Goal: when a hold planned in a batch turns out to be a per-user-limit

@@ -17,7 +17,7 @@ pub mod view;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord};
 use escrow_core::owner::{
@@ -34,6 +34,7 @@ pub use escrow_core::owner::{
 pub use view::{SkuSnapshot, SkuView};
 
 use crate::clock::Clock;
+use crate::committer::Committer;
 use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
@@ -87,6 +88,8 @@ pub struct OwnerHandle {
 pub struct OwnerDeps {
     /// Persistence.
     pub store: Arc<dyn Store>,
+    /// Commits batches, many SKUs' to a transaction.
+    pub committer: Committer,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// The region's fencing state.
@@ -319,7 +322,7 @@ impl Driver {
                     }
                 }
                 Io::Commit(batch) => {
-                    let result = self.commit(&batch).await;
+                    let (batch, result) = self.commit(batch).await;
                     let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
                     let committed = result.is_ok();
                     self.owner.handle_commit_result(batch, result);
@@ -415,14 +418,12 @@ impl Driver {
         }
     }
 
-    /// Commits a batch, timing it.
-    async fn commit(&self, batch: &Batch) -> Result<BatchOutcome, CommitError> {
+    /// Commits a batch (with other SKUs' batches) and gets it back.
+    async fn commit(&self, batch: Batch) -> (Batch, Result<BatchOutcome, CommitError>) {
         metrics::histogram!("escrow_batch_size")
             .record((batch.holds.len() + batch.transitions.len()) as f64);
-        let started = Instant::now();
-        let result = self.deps.store.commit(self.deps.fence.epoch(), batch).await;
-        metrics::histogram!("escrow_commit_seconds").record(started.elapsed().as_secs_f64());
-        match result {
+        let (batch, result) = self.deps.committer.commit(batch).await;
+        let result = match result {
             Ok(outcome) => {
                 let expired: u64 = outcome.expired.iter().map(|(_, q)| q.units()).sum();
                 if expired > 0 {
@@ -439,7 +440,8 @@ impl Driver {
                     "commit failed; SKU paused until its state is reloaded");
                 Err(CommitError::Failed)
             }
-        }
+        };
+        (batch, result)
     }
 
     /// The SKU's stored state and keys, or `None` if they could not be read.

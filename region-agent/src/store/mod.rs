@@ -26,7 +26,7 @@ pub use escrow_core::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChang
 pub struct Epoch(pub i64);
 
 /// Why a storage call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Another process took the region's lease; this one must stop writing.
     #[error("fenced: region lease is held by a newer epoch")]
@@ -41,6 +41,24 @@ pub enum StoreError {
     /// The database could not be reached or failed; the backend's message.
     #[error("database error: {0}")]
     Database(String),
+}
+
+/// Why [`Store::commit_all`] committed nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{error}")]
+pub struct BatchError {
+    /// The batch (by index) whose own writes failed; `None` if the
+    /// transaction failed as a whole (connection, lease, commit).
+    pub batch: Option<usize>,
+    /// What failed.
+    pub error: StoreError,
+}
+
+impl BatchError {
+    /// A failure of the transaction, not of one batch.
+    pub fn whole(error: StoreError) -> Self {
+        Self { batch: None, error }
+    }
 }
 
 /// Opens the store `url` names, creating and migrating its schema:
@@ -132,8 +150,23 @@ pub trait Store: Send + Sync + 'static {
         settings: SkuSettings,
         total: u64,
     ) -> Result<bool, StoreError>;
+    /// Commits several batches (of different SKUs) in one transaction,
+    /// one durable flush for all of them, all or nothing: on failure no
+    /// batch is committed, and the error says which batch failed, if one did.
+    async fn commit_all(
+        &self,
+        epoch: Epoch,
+        batches: &[&Batch],
+    ) -> Result<Vec<BatchOutcome>, BatchError>;
+
     /// Commits one batch in one transaction, or nothing.
-    async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError>;
+    async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
+        let mut outcomes = self
+            .commit_all(epoch, &[batch])
+            .await
+            .map_err(|e| e.error)?;
+        Ok(outcomes.pop().expect("one outcome per batch"))
+    }
     /// The reservation a tenant's key created.
     async fn reservation(
         &self,

@@ -22,8 +22,8 @@ use super::rows::{
     self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
 };
 use super::{
-    database, AuditRow, Batch, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange, Store,
-    StoreError, SyncSnapshot,
+    database, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange,
+    Store, StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent.
@@ -100,6 +100,66 @@ const SKU_SELECT: &str = "
     FROM sku_stock s";
 
 const RESERVATION_COLUMNS: &str = "request_key, user_id, sku, qty, status, expires_at, extended";
+
+/// Applies one batch inside `tx`: transitions, sweep, changes, grants,
+/// holds, returns, then the counters once.
+async fn apply_batch(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &Batch,
+) -> Result<BatchOutcome, StoreError> {
+    let mut deltas = Deltas::default();
+    // Decided transitions go first: the owner decided them on rows the
+    // sweep has not touched, and an action on a due hold decided its
+    // expiry itself. The sweep then finds only what no transition
+    // settled (its `expires_at <= now` is the owner's "due", and a
+    // transition leaves no due row HELD). Holds come after both: no
+    // transition names a key inserted in the same batch, and counters
+    // move once, at the end, so no step sees another's partial sums.
+    apply_transitions(tx, batch, &mut deltas).await?;
+    let expired = if batch.sweep {
+        sweep(tx, batch, &mut deltas).await?
+    } else {
+        Vec::new()
+    };
+    apply_changes(tx, batch, &mut deltas).await?;
+    let applied_grants = apply_grants(tx, batch, &mut deltas).await?;
+    let inserted = insert_holds(tx, batch, &mut deltas).await?;
+    debit_returns(tx, batch, &mut deltas).await?;
+    if !deltas.is_zero() {
+        // The hot row is touched last; the CHECK constraints refuse any
+        // move that would go negative or unbalance the ledger.
+        let changed = sqlx::query(
+            "UPDATE sku_stock
+             SET available = available + $3, held = held + $4, sold = sold + $5,
+                 received = received + $6, returned = returned + $7, updated_at = now()
+             WHERE tenant = $1 AND sku = $2 AND available + $3 >= 0",
+        )
+        .bind(batch.tenant.as_str())
+        .bind(batch.sku.as_str())
+        .bind(deltas.available)
+        .bind(deltas.held)
+        .bind(deltas.sold)
+        .bind(deltas.received)
+        .bind(deltas.returned)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(db) if db.is_check_violation() => {
+                StoreError::Conflict("counter update refused by a CHECK constraint".into())
+            }
+            other => database(other),
+        })?
+        .rows_affected();
+        if changed != 1 {
+            return Err(StoreError::Conflict("not enough units available".into()));
+        }
+    }
+    Ok(BatchOutcome {
+        inserted,
+        expired,
+        applied_grants,
+    })
+}
 
 /// Locks the lease row with our epoch so a takeover waits for this
 /// transaction, and a transaction after a takeover finds no row.
@@ -535,62 +595,34 @@ impl Store for PgStore {
         Ok(created)
     }
 
-    async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(database)?;
-        check_lease(&mut tx, epoch).await?;
-        let mut deltas = Deltas::default();
-        // Decided transitions go first: the owner decided them on rows the
-        // sweep has not touched, and an action on a due hold decided its
-        // expiry itself. The sweep then finds only what no transition
-        // settled (its `expires_at <= now` is the owner's "due", and a
-        // transition leaves no due row HELD). Holds come after both: no
-        // transition names a key inserted in the same batch, and counters
-        // move once, at the end, so no step sees another's partial sums.
-        apply_transitions(&mut tx, batch, &mut deltas).await?;
-        let expired = if batch.sweep {
-            sweep(&mut tx, batch, &mut deltas).await?
-        } else {
-            Vec::new()
-        };
-        apply_changes(&mut tx, batch, &mut deltas).await?;
-        let applied_grants = apply_grants(&mut tx, batch, &mut deltas).await?;
-        let inserted = insert_holds(&mut tx, batch, &mut deltas).await?;
-        debit_returns(&mut tx, batch, &mut deltas).await?;
-        if !deltas.is_zero() {
-            // The hot row is touched last; the CHECK constraints refuse any
-            // move that would go negative or unbalance the ledger.
-            let changed = sqlx::query(
-                "UPDATE sku_stock
-                 SET available = available + $3, held = held + $4, sold = sold + $5,
-                     received = received + $6, returned = returned + $7, updated_at = now()
-                 WHERE tenant = $1 AND sku = $2 AND available + $3 >= 0",
-            )
-            .bind(batch.tenant.as_str())
-            .bind(batch.sku.as_str())
-            .bind(deltas.available)
-            .bind(deltas.held)
-            .bind(deltas.sold)
-            .bind(deltas.received)
-            .bind(deltas.returned)
-            .execute(&mut *tx)
+    async fn commit_all(
+        &self,
+        epoch: Epoch,
+        batches: &[&Batch],
+    ) -> Result<Vec<BatchOutcome>, BatchError> {
+        let mut tx = self
+            .pool
+            .begin()
             .await
-            .map_err(|e| match e {
-                sqlx::Error::Database(db) if db.is_check_violation() => {
-                    StoreError::Conflict("counter update refused by a CHECK constraint".into())
-                }
-                other => database(other),
-            })?
-            .rows_affected();
-            if changed != 1 {
-                return Err(StoreError::Conflict("not enough units available".into()));
-            }
+            .map_err(database)
+            .map_err(BatchError::whole)?;
+        check_lease(&mut tx, epoch)
+            .await
+            .map_err(BatchError::whole)?;
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for (index, batch) in batches.iter().enumerate() {
+            let outcome = apply_batch(&mut tx, batch)
+                .await
+                .map_err(|error| BatchError {
+                    batch: Some(index),
+                    error,
+                })?;
+            outcomes.push(outcome);
         }
-        tx.commit().await.map_err(database)?;
-        Ok(BatchOutcome {
-            inserted,
-            expired,
-            applied_grants,
-        })
+        tx.commit()
+            .await
+            .map_err(|e| BatchError::whole(database(e)))?;
+        Ok(outcomes)
     }
 
     async fn reservation(

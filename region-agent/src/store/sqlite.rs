@@ -31,8 +31,8 @@ use super::rows::{
     self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
 };
 use super::{
-    database, AuditRow, Batch, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange, Store,
-    StoreError, SyncSnapshot,
+    database, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange,
+    Store, StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent on SQLite.
@@ -168,6 +168,62 @@ const SKU_SELECT: &str = "
     FROM sku_stock s";
 
 const RESERVATION_COLUMNS: &str = "request_key, user_id, sku, qty, status, expires_at, extended";
+
+/// Applies one batch inside `tx`: transitions, sweep, changes, grants,
+/// holds, returns, then the counters once.
+async fn apply_batch(
+    tx: &mut Transaction<'_, Sqlite>,
+    batch: &Batch,
+) -> Result<BatchOutcome, StoreError> {
+    let mut deltas = Deltas::default();
+    // The order of PgStore::commit, for the same reasons: decided
+    // transitions first (the sweep then finds only what no transition
+    // settled), holds after both, counters once at the end.
+    apply_transitions(tx, batch, &mut deltas).await?;
+    let expired = if batch.sweep {
+        sweep(tx, batch, &mut deltas).await?
+    } else {
+        Vec::new()
+    };
+    apply_changes(tx, batch, &mut deltas).await?;
+    let applied_grants = apply_grants(tx, batch, &mut deltas).await?;
+    let inserted = insert_holds(tx, batch, &mut deltas).await?;
+    debit_returns(tx, batch, &mut deltas).await?;
+    if !deltas.is_zero() {
+        // The CHECK constraints refuse any move that would go negative
+        // or unbalance the ledger.
+        let changed = sqlx::query(&format!(
+            "UPDATE sku_stock
+             SET available = available + ?3, held = held + ?4, sold = sold + ?5,
+                 received = received + ?6, returned = returned + ?7, updated_at = {NOW_MS}
+             WHERE tenant = ?1 AND sku = ?2 AND available + ?3 >= 0"
+        ))
+        .bind(batch.tenant.as_str())
+        .bind(batch.sku.as_str())
+        .bind(deltas.available)
+        .bind(deltas.held)
+        .bind(deltas.sold)
+        .bind(deltas.received)
+        .bind(deltas.returned)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(db) if db.is_check_violation() => {
+                StoreError::Conflict("counter update refused by a CHECK constraint".into())
+            }
+            other => database(other),
+        })?
+        .rows_affected();
+        if changed != 1 {
+            return Err(StoreError::Conflict("not enough units available".into()));
+        }
+    }
+    Ok(BatchOutcome {
+        inserted,
+        expired,
+        applied_grants,
+    })
+}
 
 /// Checks that the lease row still carries our epoch. The transaction holds
 /// the write lock (`BEGIN IMMEDIATE`), so a takeover, itself a write, waits
@@ -522,58 +578,29 @@ impl Store for SqliteStore {
         Ok(created)
     }
 
-    async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
-        let mut tx = self.begin_write().await?;
-        check_lease(&mut tx, epoch).await?;
-        let mut deltas = Deltas::default();
-        // The order of PgStore::commit, for the same reasons: decided
-        // transitions first (the sweep then finds only what no transition
-        // settled), holds after both, counters once at the end.
-        apply_transitions(&mut tx, batch, &mut deltas).await?;
-        let expired = if batch.sweep {
-            sweep(&mut tx, batch, &mut deltas).await?
-        } else {
-            Vec::new()
-        };
-        apply_changes(&mut tx, batch, &mut deltas).await?;
-        let applied_grants = apply_grants(&mut tx, batch, &mut deltas).await?;
-        let inserted = insert_holds(&mut tx, batch, &mut deltas).await?;
-        debit_returns(&mut tx, batch, &mut deltas).await?;
-        if !deltas.is_zero() {
-            // The CHECK constraints refuse any move that would go negative
-            // or unbalance the ledger.
-            let changed = sqlx::query(&format!(
-                "UPDATE sku_stock
-                 SET available = available + ?3, held = held + ?4, sold = sold + ?5,
-                     received = received + ?6, returned = returned + ?7, updated_at = {NOW_MS}
-                 WHERE tenant = ?1 AND sku = ?2 AND available + ?3 >= 0"
-            ))
-            .bind(batch.tenant.as_str())
-            .bind(batch.sku.as_str())
-            .bind(deltas.available)
-            .bind(deltas.held)
-            .bind(deltas.sold)
-            .bind(deltas.received)
-            .bind(deltas.returned)
-            .execute(&mut *tx)
+    async fn commit_all(
+        &self,
+        epoch: Epoch,
+        batches: &[&Batch],
+    ) -> Result<Vec<BatchOutcome>, BatchError> {
+        let mut tx = self.begin_write().await.map_err(BatchError::whole)?;
+        check_lease(&mut tx, epoch)
             .await
-            .map_err(|e| match e {
-                sqlx::Error::Database(db) if db.is_check_violation() => {
-                    StoreError::Conflict("counter update refused by a CHECK constraint".into())
-                }
-                other => database(other),
-            })?
-            .rows_affected();
-            if changed != 1 {
-                return Err(StoreError::Conflict("not enough units available".into()));
-            }
+            .map_err(BatchError::whole)?;
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for (index, batch) in batches.iter().enumerate() {
+            let outcome = apply_batch(&mut tx, batch)
+                .await
+                .map_err(|error| BatchError {
+                    batch: Some(index),
+                    error,
+                })?;
+            outcomes.push(outcome);
         }
-        tx.commit().await.map_err(database)?;
-        Ok(BatchOutcome {
-            inserted,
-            expired,
-            applied_grants,
-        })
+        tx.commit()
+            .await
+            .map_err(|e| BatchError::whole(database(e)))?;
+        Ok(outcomes)
     }
 
     async fn reservation(
