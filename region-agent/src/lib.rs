@@ -118,10 +118,11 @@ pub async fn start(
         limits: settings.limits,
         link: settings.coordinator.clone(),
         stop_sync,
+        sync_task: std::sync::Mutex::new(None),
         metrics,
     });
     if let Some(link) = settings.coordinator {
-        tokio::spawn(sync::run(state.clone(), link, stop_rx));
+        state.set_sync_task(tokio::spawn(sync::run(state.clone(), link, stop_rx)));
     }
     Ok(state)
 }
@@ -142,7 +143,8 @@ pub async fn run(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
-    state.stop_syncing();
+    // The sync loop first: it may start owners, which must be closed after it.
+    state.stop_syncing().await;
     for task in state.registry().close() {
         let _ = task.await;
     }

@@ -33,6 +33,8 @@ pub(crate) struct Parts {
     pub(crate) limits: Limits,
     pub(crate) link: Option<Arc<CoordinatorLink>>,
     pub(crate) stop_sync: tokio::sync::watch::Sender<bool>,
+    /// The sync loop, once started; it may start owners of new SKUs.
+    pub(crate) sync_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 
@@ -42,9 +44,24 @@ impl AppState {
         Self(Arc::new(parts))
     }
 
-    /// Tells the sync loop to stop.
-    pub(crate) fn stop_syncing(&self) {
+    /// Remembers the running sync loop, for [`Self::stop_syncing`].
+    pub(crate) fn set_sync_task(&self, task: tokio::task::JoinHandle<()>) {
+        *self.0.sync_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Stops the sync loop and waits until it has: after this no owner of
+    /// a new SKU can start.
+    pub(crate) async fn stop_syncing(&self) {
         self.0.stop_sync.send_replace(true);
+        let task = self
+            .0
+            .sync_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     /// The region served.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use escrow_core::{Qty, RequestKey, Sku, Tenant, Transition, UserId};
-use region_agent::store::{Batch, NewHold, StoreError};
+use region_agent::store::{Batch, NewHold, StockChange, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -18,6 +18,7 @@ conformance!(
     a_wrong_batch_is_refused_whole,
     batches_of_many_skus_share_a_commit_and_fail_alone,
     the_committer_answers_a_failed_batch_alone,
+    a_change_to_a_sku_the_database_lacks_is_refused,
     units_freed_in_a_batch_serve_its_overflow
 );
 
@@ -228,6 +229,47 @@ async fn the_committer_answers_a_failed_batch_alone(db: TestDb) {
             assert!(outcome.is_ok(), "{sku}: {outcome:?}");
             assert_eq!((s.held, s.rows_held), (1, 1), "{sku}");
         }
+    }
+}
+
+/// Goal: a settings, mode or pause change is judged by its row count like
+/// every other write: for a SKU the database does not hold (memory and
+/// database disagree) the batch fails instead of committing nothing.
+async fn a_change_to_a_sku_the_database_lacks_is_refused(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
+    agent
+        .api()
+        .put_sku("acme", "real", json!({"total": 1}))
+        .await;
+    let epoch = agent.state.fence().epoch();
+    agent.stop().await;
+    let (store, _) = open_store(&db).await;
+    let changes = [
+        StockChange::Pause(true),
+        StockChange::Mode(escrow_core::Mode::Central),
+        StockChange::Settings(escrow_core::SkuSettings::default()),
+    ];
+    for change in changes {
+        let mut ghost = Batch::new(
+            Tenant::parse("acme").unwrap(),
+            Sku::parse("ghost").unwrap(),
+            1,
+        );
+        ghost.changes = vec![change];
+        assert!(
+            matches!(
+                store.commit(epoch, &ghost).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "{change:?}"
+        );
+        let mut real = Batch::new(
+            Tenant::parse("acme").unwrap(),
+            Sku::parse("real").unwrap(),
+            1,
+        );
+        real.changes = vec![change];
+        store.commit(epoch, &real).await.unwrap();
     }
 }
 

@@ -84,6 +84,18 @@ pub(crate) fn database(error: sqlx::Error) -> StoreError {
     StoreError::Database(error.to_string())
 }
 
+/// A write to a SKU's counter row must change exactly that row; anything
+/// else means memory believes in a SKU the database does not hold.
+pub(crate) fn one_sku_row(changed: u64) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "the SKU's row: {changed} rows changed"
+        )))
+    }
+}
+
 /// Where a database's stock came from (see [`Store::provenance`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Provenance {

@@ -22,8 +22,8 @@ use super::rows::{
     self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
 };
 use super::{
-    database, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange,
-    Store, StoreError, SyncSnapshot,
+    database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord,
+    StockChange, Store, StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent.
@@ -411,34 +411,32 @@ async fn apply_changes(
                 deltas.returned += units as i64;
                 deltas.available -= units as i64;
             }
-            StockChange::Settings(settings) => {
-                sqlx::query(
-                    "UPDATE sku_stock SET max_per_user = $3, hold_ttl_ms = $4, updated_at = now()
-                     WHERE tenant = $1 AND sku = $2",
-                )
-                .bind(batch.tenant.as_str())
-                .bind(batch.sku.as_str())
-                .bind(settings.max_per_user as i32)
-                .bind(settings.hold_ttl.get() as i64)
-                .execute(&mut **tx)
-                .await
-                .map_err(database)?;
-            }
-            StockChange::Mode(mode) => {
-                sqlx::query("UPDATE sku_stock SET mode = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
+            StockChange::Settings(_) | StockChange::Mode(_) | StockChange::Pause(_) => {
+                let set = match *change {
+                    StockChange::Settings(_) => "max_per_user = $3, hold_ttl_ms = $4",
+                    StockChange::Mode(_) => "mode = $3",
+                    _ => "paused = $3",
+                };
+                let sql = format!(
+                    "UPDATE sku_stock SET {set}, updated_at = now() WHERE tenant = $1 AND sku = $2"
+                );
+                let query = sqlx::query(&sql)
                     .bind(batch.tenant.as_str())
-                    .bind(batch.sku.as_str())
-                    .bind(mode.as_str())
+                    .bind(batch.sku.as_str());
+                let query = match *change {
+                    StockChange::Settings(settings) => query
+                        .bind(settings.max_per_user as i32)
+                        .bind(settings.hold_ttl.get() as i64),
+                    StockChange::Mode(mode) => query.bind(mode.as_str()),
+                    StockChange::Pause(paused) => query.bind(paused),
+                    StockChange::Receive(_) | StockChange::Return(_) => query,
+                };
+                let changed = query
                     .execute(&mut **tx)
-                    .await.map_err(database)?;
-            }
-            StockChange::Pause(paused) => {
-                sqlx::query("UPDATE sku_stock SET paused = $3, updated_at = now() WHERE tenant = $1 AND sku = $2")
-                    .bind(batch.tenant.as_str())
-                    .bind(batch.sku.as_str())
-                    .bind(paused)
-                    .execute(&mut **tx)
-                    .await.map_err(database)?;
+                    .await
+                    .map_err(database)?
+                    .rows_affected();
+                one_sku_row(changed)?;
             }
         }
     }

@@ -31,8 +31,8 @@ use super::rows::{
     self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
 };
 use super::{
-    database, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord, StockChange,
-    Store, StoreError, SyncSnapshot,
+    database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord,
+    StockChange, Store, StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent on SQLite.
@@ -426,7 +426,12 @@ async fn apply_changes(
             StockChange::Pause(paused) => query.bind(paused),
             StockChange::Receive(_) | StockChange::Return(_) => query,
         };
-        query.execute(&mut **tx).await.map_err(database)?;
+        let changed = query
+            .execute(&mut **tx)
+            .await
+            .map_err(database)?
+            .rows_affected();
+        one_sku_row(changed)?;
     }
     Ok(())
 }
