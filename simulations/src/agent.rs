@@ -733,6 +733,14 @@ impl Agent {
             .sum()
     }
 
+    /// Units the batch being committed holds: decided for buyers, so no
+    /// longer free, though the database still counts them available.
+    pub fn units_being_held(&self) -> u64 {
+        self.committing
+            .as_ref()
+            .map_or(0, |b| b.holds.iter().map(|h| h.qty.units()).sum())
+    }
+
     /// Whether the agent holds no transfer state: nothing to ack, nothing returned unconfirmed.
     pub fn transfers_settled(&self) -> bool {
         self.db.pending_acks.is_empty() && self.db.returns.is_empty()

@@ -9,9 +9,12 @@ impl World {
     pub(super) fn free_units(&self) -> u64 {
         let mut free = self.coordinator.allocation().pool;
         for (r, a) in self.agents.iter().enumerate() {
-            free += a.db.book.ledger.available
+            // A batch in commit may hold units of a grant it credits: take
+            // its holds from the region's whole, not from its stored available.
+            free += (a.db.book.ledger.available
                 + self.grants_in_flight(r)
-                + a.returns_in_flight(&self.coordinator.applied_returns[r]);
+                + a.returns_in_flight(&self.coordinator.applied_returns[r]))
+            .saturating_sub(a.units_being_held());
         }
         free
     }
