@@ -1,40 +1,67 @@
-//! Request keys that already have a committed reservation, per tenant.
+//! Request keys that already have a committed reservation, per tenant,
+//! each with the SKU it reserved.
 //!
 //! A retry of a key that holds a reservation must get REPLAY even when the
 //! SKU is sold out, yet the sold-out answer must not touch the database.
-//! This set lets the request path tell the two apart from memory: a known
+//! This map lets the request path tell the two apart from memory: a known
 //! key is looked up, an unknown one on a sold-out SKU is refused at once.
-//! It holds every key ever committed (loaded at start), so its size is the
-//! number of reservation rows.
+//! It also routes confirm, release and extend to the owner of the key's
+//! SKU without reading the row first. It holds every key ever committed
+//! (loaded at start), so its size is the number of reservation rows; each
+//! SKU's name is stored once and shared.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
-use escrow_core::{RequestKey, Tenant};
+use escrow_core::{RequestKey, Sku, Tenant};
 
-/// Committed request keys by tenant.
+/// Committed request keys by tenant, with their SKUs.
 #[derive(Debug, Default)]
 pub struct KnownKeys {
-    by_tenant: RwLock<HashMap<Tenant, HashSet<RequestKey>>>,
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_tenant: HashMap<Tenant, HashMap<RequestKey, Arc<Sku>>>,
+    skus: HashMap<Sku, Arc<Sku>>,
+}
+
+impl Inner {
+    fn add(&mut self, tenant: &Tenant, sku: &Sku, keys: impl IntoIterator<Item = RequestKey>) {
+        let shared = self
+            .skus
+            .entry(sku.clone())
+            .or_insert_with(|| Arc::new(sku.clone()))
+            .clone();
+        let map = self.by_tenant.entry(tenant.clone()).or_default();
+        for key in keys {
+            map.insert(key, shared.clone());
+        }
+    }
 }
 
 impl KnownKeys {
     /// Whether `key` has a committed reservation for `tenant`.
     pub fn contains(&self, tenant: &Tenant, key: &RequestKey) -> bool {
-        // A poisoned lock means a panic elsewhere while inserting; the set itself is still valid.
-        let map = self.by_tenant.read().unwrap_or_else(|e| e.into_inner());
-        map.get(tenant).is_some_and(|keys| keys.contains(key))
+        self.sku_of(tenant, key).is_some()
     }
 
-    /// Records a newly committed key.
-    pub fn insert(&self, tenant: &Tenant, key: RequestKey) {
-        let mut map = self.by_tenant.write().unwrap_or_else(|e| e.into_inner());
-        map.entry(tenant.clone()).or_default().insert(key);
+    /// The SKU `key` reserved for `tenant`, if it has a committed reservation.
+    pub fn sku_of(&self, tenant: &Tenant, key: &RequestKey) -> Option<Arc<Sku>> {
+        // A poisoned lock means a panic elsewhere while inserting; the map itself is still valid.
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.by_tenant.get(tenant)?.get(key).cloned()
     }
 
-    /// Records many committed keys.
-    pub fn extend(&self, tenant: &Tenant, keys: impl IntoIterator<Item = RequestKey>) {
-        let mut map = self.by_tenant.write().unwrap_or_else(|e| e.into_inner());
-        map.entry(tenant.clone()).or_default().extend(keys);
+    /// Records a newly committed key of `sku`.
+    pub fn insert(&self, tenant: &Tenant, sku: &Sku, key: RequestKey) {
+        self.extend(tenant, sku, [key]);
+    }
+
+    /// Records many committed keys of `sku`.
+    pub fn extend(&self, tenant: &Tenant, sku: &Sku, keys: impl IntoIterator<Item = RequestKey>) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.add(tenant, sku, keys);
     }
 }

@@ -102,6 +102,7 @@ pub async fn start(
     for record in store.load_skus().await? {
         keys.extend(
             &record.tenant,
+            &record.sku,
             store.keys_of(&record.tenant, &record.sku).await?,
         );
         registry.start(record);

@@ -131,6 +131,17 @@ async fn kill_nine_under_load_loses_nothing(db: TestDb) {
     let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!(s.held as usize, held.len());
+
+    // The restarted agent routes settlements of keys it loaded at start.
+    for key in &held {
+        let (status, body) = api.action(key, "confirm").await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::OK, Some("SOLD")),
+            "{key}"
+        );
+    }
+    assert_eq!(stored(&db, "drop").await.sold as usize, held.len());
     api.assert_no_drift().await;
 }
 

@@ -4,6 +4,8 @@
 //! (sold out, paused, SKU status) and otherwise queue the request to the
 //! SKU's owner and wait for its committed answer.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -185,14 +187,20 @@ async fn act(
 ) -> Result<Response, ApiError> {
     let tenant = tenant_of(&state, &headers)?;
     let key = RequestKey::parse(&key).map_err(bad)?;
-    let r = state
-        .store()
-        .reservation(&tenant, &key)
-        .await?
-        .ok_or(ApiError::NotFound)?;
+    // Every committed key is in memory with its SKU; the row is read only
+    // for a key memory does not know, which then is most likely unknown.
+    let sku = match state.keys().sku_of(&tenant, &key) {
+        Some(sku) => sku,
+        None => state
+            .store()
+            .reservation(&tenant, &key)
+            .await?
+            .map(|r| Arc::new(r.sku))
+            .ok_or(ApiError::NotFound)?,
+    };
     let handle = state
         .registry()
-        .get(&tenant, &r.sku)
+        .get(&tenant, &sku)
         .ok_or(ApiError::NotFound)?;
     let deadline = Deadline::after(state.now_ms(), state.wait_timeout_ms());
     let (tx, rx) = oneshot::channel();

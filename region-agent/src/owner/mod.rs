@@ -363,9 +363,11 @@ impl Driver {
             match (responder, reply) {
                 (Responder::Reserve(tx), Reply::Reserve(reply)) => {
                     if let ReserveReply::Held(r) = &reply {
-                        self.deps
-                            .keys
-                            .insert(&self.view.tenant, r.request_key.clone());
+                        self.deps.keys.insert(
+                            &self.view.tenant,
+                            &self.view.sku,
+                            r.request_key.clone(),
+                        );
                         let path = if self.took { "take" } else { "local" };
                         metrics::counter!("escrow_holds_total", "path" => path).increment(1);
                     }
@@ -453,7 +455,7 @@ impl Driver {
             store.keys_of(tenant, sku).await,
         ) {
             (Ok(Some(record)), Ok(keys)) => {
-                self.deps.keys.extend(tenant, keys);
+                self.deps.keys.extend(tenant, sku, keys);
                 tracing::info!(%tenant, %sku, "reloaded after a failed commit");
                 Some(record)
             }
