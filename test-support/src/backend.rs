@@ -16,16 +16,13 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPool;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, PgConnection, Row, SqliteConnection};
 
 use crate::db::database_url;
@@ -54,9 +51,6 @@ pub struct TestDb {
     /// The SQLite file's directory, removed when the test passes.
     dir: Option<PathBuf>,
 }
-
-/// How long a SQLite connection of a test waits for the write lock.
-const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TestDb {
     /// The database `#[sqlx::test]`'s machinery made for this test.
@@ -289,15 +283,10 @@ impl Drop for TestDb {
     }
 }
 
-/// How the tests open a SQLite file: as the agent does (WAL, synced
-/// commits) and waiting for the write lock rather than failing.
+/// How the tests open a SQLite file: as the services do (WAL, synced
+/// commits, foreign keys) and waiting for the write lock rather than failing.
 fn sqlite_options(url: &str) -> SqliteConnectOptions {
-    SqliteConnectOptions::from_str(url)
-        .unwrap()
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+    service_kit::db::sqlite_options(url).unwrap()
 }
 
 /// A connection holding a lock until released.
