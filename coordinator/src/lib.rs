@@ -3,8 +3,8 @@
 //! transfers that apply exactly once.
 //!
 //! A thin driver around escrow-core's [`escrow_core::allocation`] rules and
-//! [`escrow_core::Policy`]: [`store`] keeps the books in PostgreSQL,
-//! [`http`] serves the admin API and the region API (sync and take), and
+//! [`escrow_core::Policy`]: [`store`] keeps the books in PostgreSQL or in
+//! an embedded SQLite file, [`http`] serves the admin API and the region API (sync and take), and
 //! [`run`] serves until shutdown.
 
 pub mod auth;

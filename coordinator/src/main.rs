@@ -1,17 +1,12 @@
 //! `coordinator`: parses configuration and runs the coordinator.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use clap::Parser;
 use coordinator::auth::Auth;
 use coordinator::config::Config;
 use coordinator::policies::Policies;
-use coordinator::store::{Store, MIGRATOR};
+use coordinator::store::Store;
 use coordinator::{run, AppState};
-use std::str::FromStr;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -19,19 +14,11 @@ async fn main() -> anyhow::Result<()> {
     service_kit::init_tracing();
     let config = Config::parse();
     let policies = Policies::new(&config.policy, config.sync_interval_ms).context("--policy")?;
-    // A statement that hangs must fail rather than hold SKU locks forever.
-    let options = PgConnectOptions::from_str(&config.database_url)
-        .context("parsing --database-url")?
-        .options([("statement_timeout", "10s")]);
-    let pool = PgPoolOptions::new()
-        .max_connections(config.db_pool_size)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
+    let store = Store::open(&config.database_url(), config.db_pool_size)
         .await
-        .context("connecting to the database")?;
-    MIGRATOR.run(&pool).await.context("applying migrations")?;
+        .context("opening the database")?;
     let state = AppState::new(
-        Store::new(pool),
+        store,
         Auth::new(config.admin_token, config.region_tokens),
         policies,
         config.stale_report_ms,

@@ -13,7 +13,17 @@ use std::time::{Duration, Instant};
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sqlx::PgPool;
+
+coordinator_tests!(
+    skewed_sale_sells_every_unit_exactly_once,
+    expired_central_holds_sell_again_elsewhere,
+    faulty_wire_never_creates_or_destroys_a_unit,
+    coordinator_outage_pauses_only_central_skus,
+    a_region_token_cannot_move_another_regions_quota,
+    a_sync_applies_whole_or_not_at_all,
+    admin_operations_reach_the_agents,
+    a_database_keeps_its_mode,
+);
 
 const REGIONS: [&str; 3] = ["eu", "us", "ap"];
 
@@ -21,18 +31,26 @@ struct Cluster {
     coord: Coord,
     admin: Api,
     agents: Vec<Agent>,
-    _dbs: Vec<AgentDb>,
+    _dbs: Vec<TestDb>,
 }
 
-async fn cluster(pool: &PgPool, fault_seed: Option<u64>) -> Cluster {
-    let coord = Coord::start(pool, None).await;
+async fn cluster(db: &TestDb, fault_seed: Option<u64>) -> Cluster {
+    let coord = Coord::start(db, None).await;
     let admin = Api::new(&coord.url);
     let mut dbs = Vec::new();
     let mut agents = Vec::new();
     for (i, region) in REGIONS.iter().enumerate() {
-        let db = AgentDb::create(pool, region).await;
-        agents.push(Agent::start(&db, region, &coord.url, fault_seed.map(|s| s + i as u64)).await);
-        dbs.push(db);
+        let region_db = agent_db(db, region).await;
+        agents.push(
+            Agent::start(
+                &region_db,
+                region,
+                &coord.url,
+                fault_seed.map(|s| s + i as u64),
+            )
+            .await,
+        );
+        dbs.push(region_db);
     }
     Cluster {
         coord,
@@ -115,9 +133,8 @@ async fn sale(
 /// regions of equal weight get exactly 1,000 holds, all confirmed; audit
 /// drift is 0; and no SOLD_OUT came back before a request that was later
 /// held had even been sent (a sold-out answer while a unit was still free).
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
-    let c = cluster(&pool, None).await;
+async fn skewed_sale_sells_every_unit_exactly_once(db: TestDb) {
+    let c = cluster(&db, None).await;
     let (status, body) = c
         .admin
         .put_sku(
@@ -197,9 +214,8 @@ async fn skewed_sale_sells_every_unit_exactly_once(pool: PgPool) {
 
 /// Goal: in central mode, holds that expire go back to the pool and are
 /// sold again in another region; nothing is sold twice.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
-    let c = cluster(&pool, None).await;
+async fn expired_central_holds_sell_again_elsewhere(db: TestDb) {
+    let c = cluster(&db, None).await;
     // 10 units are below the tail-merge threshold: central mode from the first plan.
     c.admin
         .put_sku(
@@ -284,9 +300,8 @@ async fn expired_central_holds_sell_again_elsewhere(pool: PgPool) {
 /// Goal: with every protocol message duplicated, delayed, reordered and
 /// some responses lost after the coordinator committed, a sale still sells
 /// exactly the total, and the books settle with drift 0.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
-    let c = cluster(&pool, Some(7)).await;
+async fn faulty_wire_never_creates_or_destroys_a_unit(db: TestDb) {
+    let c = cluster(&db, Some(7)).await;
     c.admin
         .put_sku(
             "acme",
@@ -373,9 +388,8 @@ async fn faulty_wire_never_creates_or_destroys_a_unit(pool: PgPool) {
 /// Goal: while the coordinator is down, escrow-mode SKUs keep selling local
 /// quota and central-mode SKUs answer PAUSED; when it is back, everything
 /// converges with drift 0.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
-    let c = cluster(&pool, None).await;
+async fn coordinator_outage_pauses_only_central_skus(db: TestDb) {
+    let c = cluster(&db, None).await;
     c.admin
         .put_sku(
             "acme",
@@ -439,7 +453,7 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
         (StatusCode::SERVICE_UNAVAILABLE, Some("PAUSED"))
     );
 
-    let coord = Coord::start(&pool, Some(addr)).await;
+    let coord = Coord::start(&db, Some(addr)).await;
     let Final { status, body, .. } = eu.reserve_until_final("tiny-1", "t1", "tiny").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     eventually(
@@ -470,9 +484,8 @@ async fn coordinator_outage_pauses_only_central_skus(pool: PgPool) {
 
 /// Goal: a region's token cannot act for another region (403) and an
 /// unknown token is 401; nothing moves.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
-    let (coord, admin) = Coord::with_drop(&pool).await;
+async fn a_region_token_cannot_move_another_regions_quota(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
     let before = admin.admin_sku("acme", "drop").await;
     let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
     let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
@@ -512,9 +525,8 @@ async fn a_region_token_cannot_move_another_regions_quota(pool: PgPool) {
 /// Goal: a sync is applied whole or not at all: returns beyond the lease,
 /// or under an id another transfer holds, are refused (400) with nothing
 /// moved; a good one moves its units once, and its replay moves nothing.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn a_sync_applies_whole_or_not_at_all(pool: PgPool) {
-    let (coord, admin) = Coord::with_drop(&pool).await;
+async fn a_sync_applies_whole_or_not_at_all(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
     let c = client();
     let sync = async |seq: u64, acks: Value, returns: Value| {
         let body = json!({"epoch": 1, "seq": seq, "rtt_ms": 0, "skus": [], "acks": acks, "returns": returns});
@@ -571,9 +583,8 @@ async fn a_sync_applies_whole_or_not_at_all(pool: PgPool) {
 /// selling within a few sync intervals and resume restarts it; the total
 /// is lowered only from the pool (else 409); a region joining gets quota
 /// from the pool and sells it.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn admin_operations_reach_the_agents(pool: PgPool) {
-    let c = cluster(&pool, None).await;
+async fn admin_operations_reach_the_agents(db: TestDb) {
+    let c = cluster(&db, None).await;
     c.admin
         .put_sku(
             "acme",
@@ -644,31 +655,24 @@ async fn admin_operations_reach_the_agents(pool: PgPool) {
 /// refuses to start standalone on a database holding grants, and under a
 /// coordinator on one holding standalone stock, so no unit exists in one
 /// ledger and not the other.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn a_database_keeps_its_mode(pool: PgPool) {
+async fn a_database_keeps_its_mode(db: TestDb) {
     use std::sync::Arc;
 
     use region_agent::clock::SystemClock;
     use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
-    use region_agent::store::postgres::PgStore;
+    use region_agent::store;
 
-    let coord = Coord::start(&pool, None).await;
+    let coord = Coord::start(&db, None).await;
     let admin = Api::new(&coord.url);
     admin
         .put_sku("acme", "drop", json!({"total": 10, "regions": {"eu": 1}}))
         .await;
-    let eu_db = AgentDb::create(&pool, "eu").await;
+    let eu_db = agent_db(&db, "eu").await;
     let eu = Agent::start(&eu_db, "eu", &coord.url, None).await;
     eventually(
         "eu credits its grant",
         Duration::from_secs(20),
-        async || {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM applied_grants")
-                .fetch_one(&eu_db.pool)
-                .await
-                .unwrap();
-            n > 0
-        },
+        async || eu_db.int("SELECT count(*) FROM applied_grants").await > 0,
     )
     .await;
     eu.stop().await;
@@ -684,7 +688,7 @@ async fn a_database_keeps_its_mode(pool: PgPool) {
         coordinator,
     };
     let standalone = region_agent::start(
-        Arc::new(PgStore::new(eu_db.pool.clone())),
+        store::open(eu_db.url(), 4).await.unwrap(),
         Arc::new(SystemClock),
         settings("eu", None),
     )
@@ -694,14 +698,13 @@ async fn a_database_keeps_its_mode(pool: PgPool) {
         "standalone on a database holding grants"
     );
 
-    let us_db = AgentDb::create(&pool, "us").await;
-    sqlx::query(
-        "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
-         VALUES ('acme', 'own', 5, 0, 0, 5, 0, 1, 600000)",
-    )
-    .execute(&us_db.pool)
-    .await
-    .unwrap();
+    let us_db = agent_db(&db, "us").await;
+    us_db
+        .execute(
+            "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
+             VALUES ('acme', 'own', 5, 0, 0, 5, 0, 1, 600000)",
+        )
+        .await;
     let http = HttpCoordinator::new(
         &coord.url,
         escrow_core::RegionName::parse("us").unwrap(),
@@ -711,7 +714,7 @@ async fn a_database_keeps_its_mode(pool: PgPool) {
     .unwrap();
     let link = Arc::new(CoordinatorLink::new(Arc::new(http), SYNC_MS));
     let managed = region_agent::start(
-        Arc::new(PgStore::new(us_db.pool.clone())),
+        store::open(us_db.url(), 4).await.unwrap(),
         Arc::new(SystemClock),
         settings("us", Some(link)),
     )

@@ -9,15 +9,18 @@ mod common;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
+
+coordinator_tests!(
+    each_sku_runs_the_policy_it_chose,
+    a_bad_policy_is_refused_and_changes_nothing,
+);
 
 /// Goal: a SKU that names a policy runs it from its creation (central
 /// keeps every unit in the pool), a SKU that names none runs the
 /// coordinator's default, settings alone tune the policy a SKU runs, and
 /// the SKU view shows each.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn each_sku_runs_the_policy_it_chose(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
+async fn each_sku_runs_the_policy_it_chose(db: TestDb) {
+    let coord = Coord::start(&db, None).await;
     let admin = Api::new(&coord.url);
     let regions = json!({"eu": 1, "us": 1});
 
@@ -91,9 +94,8 @@ async fn each_sku_runs_the_policy_it_chose(pool: PgPool) {
 /// policy and a value out of range are each refused with 400 and the
 /// reason, and nothing of the request is applied (not even its other
 /// fields); creating a SKU with a bad policy creates nothing.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn a_bad_policy_is_refused_and_changes_nothing(pool: PgPool) {
-    let coord = Coord::start(&pool, None).await;
+async fn a_bad_policy_is_refused_and_changes_nothing(db: TestDb) {
+    let coord = Coord::start(&db, None).await;
     let admin = Api::new(&coord.url);
     let (status, _) = admin
         .put_sku("acme", "drop", json!({"total": 100, "regions": {"eu": 1}}))

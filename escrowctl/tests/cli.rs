@@ -1,5 +1,7 @@
 //! escrowctl against a real coordinator: each subcommand works, `--json`
-//! is the API's JSON, and `audit` exits 1 on drift or a stale report.
+//! is the API's JSON, and `audit` exits 1 on drift or a stale report. The
+//! coordinator runs on PostgreSQL and on SQLite (`NAME::postgres`,
+//! `NAME::sqlite`), so the CLI is tested without a PostgreSQL server too.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -9,14 +11,21 @@ use coordinator::auth::Auth;
 use coordinator::store::Store;
 use escrow_core::RegionName;
 use serde_json::Value;
-use sqlx::PgPool;
+use test_support::TestDb;
 use tokio::net::TcpListener;
+
+test_support::on_both_backends!(
+    postgres: coordinator::store::POSTGRES_MIGRATOR,
+    sqlite: coordinator::store::SQLITE_MIGRATOR;
+    subcommands_and_audit_exit_status,
+    sku_put_chooses_the_policy,
+);
 
 const ADMIN: &str = "admin-secret";
 
-async fn serve(pool: &PgPool) -> String {
+async fn serve(db: &TestDb) -> String {
     let state = coordinator::AppState::new(
-        Store::new(pool.clone()),
+        Store::open(db.url(), 4).await.unwrap(),
         Auth::new(
             Some(ADMIN.to_owned()),
             vec![(RegionName::parse("eu").unwrap(), "t".to_owned())],
@@ -42,9 +51,8 @@ fn json(out: &Output) -> Value {
 
 /// Goal: put, show, pause, resume, add-stock, regions and audit all work
 /// through the CLI, and audit's exit status tells drift and stale reports.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn subcommands_and_audit_exit_status(pool: PgPool) {
-    let url = serve(&pool).await;
+async fn subcommands_and_audit_exit_status(db: TestDb) {
+    let url = serve(&db).await;
     let out = ctl(
         &url,
         &[
@@ -109,18 +117,11 @@ async fn subcommands_and_audit_exit_status(pool: PgPool) {
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"));
 
     // Drift: a total that no longer matches the units (CHECK pool <= total still holds).
-    sqlx::query("DELETE FROM transfers")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM sku_regions WHERE sku = 'other'")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE skus SET total = total + 1 WHERE sku = 'drop'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    db.execute("DELETE FROM transfers").await;
+    db.execute("DELETE FROM sku_regions WHERE sku = 'other'")
+        .await;
+    db.execute("UPDATE skus SET total = total + 1 WHERE sku = 'drop'")
+        .await;
     let out = ctl(&url, &["--json", "audit"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert_ne!(json(&out)["drift_total"], 0);
@@ -150,9 +151,8 @@ async fn subcommands_and_audit_exit_status(pool: PgPool) {
 /// and its settings (nested keys dotted, values as JSON), `sku show`
 /// shows them, and a bad name or setting exits 2 with the coordinator's
 /// reason and changes nothing.
-#[sqlx::test(migrator = "coordinator::store::MIGRATOR")]
-async fn sku_put_chooses_the_policy(pool: PgPool) {
-    let url = serve(&pool).await;
+async fn sku_put_chooses_the_policy(db: TestDb) {
+    let url = serve(&db).await;
     let put = |extra: &'static [&'static str]| {
         let url = url.clone();
         async move {

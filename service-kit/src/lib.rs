@@ -1,7 +1,10 @@
 //! Plumbing the coordinator and the region agent share, so both services
-//! authenticate, log, export metrics and shut down the same way.
+//! authenticate, log, export metrics, shut down and open their database
+//! ([`db`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
+
+pub mod db;
 
 use std::sync::OnceLock;
 

@@ -6,7 +6,9 @@
 //! SQLite file in its own temporary directory, migrated). [`TestDb`] is
 //! what the test sees of its database: the URL to give a service, and
 //! portable SQL for what the test reads, writes behind the service's back,
-//! or locks.
+//! or locks. A test that runs several services (a coordinator and its
+//! region agents) gives each its own database on the same backend with
+//! [`TestDb::sibling`].
 //!
 //! The PostgreSQL half is skipped, loudly, when no PostgreSQL is reachable
 //! and `ESCROW_REQUIRE_POSTGRES` is unset; with it set, an unreachable
@@ -15,20 +17,17 @@
 //! [`on_both_backends!`]: crate::on_both_backends
 
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::str::FromStr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPool;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, PgConnection, Row, SqliteConnection};
 
-use crate::db::database_url;
+use crate::db::{database_url, server_url};
 use crate::poll::eventually;
 
 /// Which database a test runs on.
@@ -55,9 +54,6 @@ pub struct TestDb {
     dir: Option<PathBuf>,
 }
 
-/// How long a SQLite connection of a test waits for the write lock.
-const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl TestDb {
     /// The database `#[sqlx::test]`'s machinery made for this test.
     pub fn postgres(pool: PgPool) -> Self {
@@ -78,7 +74,15 @@ impl TestDb {
             SEQ.fetch_add(1, Ordering::SeqCst)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("agent.db").display());
+        let mut db = Self::sqlite_file(&dir, "test", migrator).await;
+        db.dir = Some(dir);
+        db
+    }
+
+    /// The SQLite file `NAME.db` in `dir`, created and migrated; the
+    /// directory is left to whoever made it.
+    async fn sqlite_file(dir: &Path, name: &str, migrator: &Migrator) -> Self {
+        let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(sqlite_options(&url))
@@ -88,7 +92,52 @@ impl TestDb {
         Self {
             url,
             pool: Pool::Sqlite(pool),
-            dir: Some(dir),
+            dir: None,
+        }
+    }
+
+    /// Another fresh database on the same backend, for another service of
+    /// the same test (a region agent beside the coordinator), migrated by
+    /// `postgres` or `sqlite`. On PostgreSQL a database named after this
+    /// one and `name` (left after the test for inspection, dropped when the
+    /// test runs again); on SQLite the file `NAME.db` beside this one's.
+    pub async fn sibling(&self, name: &str, postgres: &Migrator, sqlite: &Migrator) -> Self {
+        match &self.pool {
+            Pool::Postgres(pool) => {
+                let base = pool.connect_options().get_database().unwrap().to_owned();
+                // PostgreSQL truncates names at 63 bytes: keep a short, unique suffix of this database's.
+                let sibling = format!(
+                    "{}_{}",
+                    &base[base.len().saturating_sub(24)..],
+                    name.replace('-', "_")
+                );
+                let mut admin = PgConnection::connect(&format!("{}/postgres", server_url()))
+                    .await
+                    .unwrap();
+                sqlx::query(&format!(
+                    "DROP DATABASE IF EXISTS \"{sibling}\" WITH (FORCE)"
+                ))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+                sqlx::query(&format!("CREATE DATABASE \"{sibling}\""))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                let url = format!("{}/{sibling}", server_url());
+                let pool = PgPool::connect(&url).await.unwrap();
+                postgres.run(&pool).await.unwrap();
+                Self {
+                    url,
+                    pool: Pool::Postgres(pool),
+                    dir: None,
+                }
+            }
+            Pool::Sqlite(_) => {
+                let path = self.url.trim_start_matches("sqlite://");
+                let dir = Path::new(path).parent().unwrap();
+                Self::sqlite_file(dir, name, sqlite).await
+            }
         }
     }
 
@@ -289,15 +338,10 @@ impl Drop for TestDb {
     }
 }
 
-/// How the tests open a SQLite file: as the agent does (WAL, synced
-/// commits) and waiting for the write lock rather than failing.
+/// How the tests open a SQLite file: as the services do (WAL, synced
+/// commits, foreign keys) and waiting for the write lock rather than failing.
 fn sqlite_options(url: &str) -> SqliteConnectOptions {
-    SqliteConnectOptions::from_str(url)
-        .unwrap()
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+    service_kit::db::sqlite_options(url).unwrap()
 }
 
 /// A connection holding a lock until released.

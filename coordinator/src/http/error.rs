@@ -43,7 +43,7 @@ impl From<StoreError> for ApiError {
             StoreError::StaleEpoch => ApiError::Fenced,
             StoreError::Invalid(why) => ApiError::BadRequest(why),
             StoreError::Corrupt(why) => ApiError::Internal(why),
-            StoreError::Database(e) => ApiError::Internal(e.to_string()),
+            StoreError::Database(e) => ApiError::Internal(e),
         }
     }
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use escrow_core::{Allocation, Mode, Moves, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
 use serde::Serialize;
-use sqlx::Row;
 
+use super::backend::sql;
 use super::books::{load, load_to_change, save, save_policy, stored, timestamp, Loaded, Lock};
 use super::{new_grant_id, Store, StoreError};
 use crate::policies::{Policies, PolicyRequest};
@@ -162,7 +162,7 @@ impl Store {
         policies: &Policies,
     ) -> Result<bool, StoreError> {
         let invalid = |e: escrow_core::IdError| StoreError::Invalid(e.to_string());
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.write().await?;
         let existing =
             load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
         let created = existing.is_none();
@@ -263,7 +263,7 @@ impl Store {
         sku: &Sku,
         change: impl FnOnce(&mut Loaded) -> Moves,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.write().await?;
         let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
@@ -288,25 +288,22 @@ impl Store {
         self.summaries(None).await
     }
 
-    /// SKU summaries (all, or one) read in one `REPEATABLE READ` snapshot,
-    /// so pool, transfers and reports add up as they were at one instant.
+    /// SKU summaries (all, or one) read in one snapshot, so pool,
+    /// transfers and reports add up as they were at one instant.
     async fn summaries(
         &self,
         only: Option<(&Tenant, &Sku)>,
     ) -> Result<Vec<SkuSummary>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let keys: Vec<(String, String)> = sqlx::query_as(
-            "SELECT tenant, sku FROM skus
-             WHERE $1::text IS NULL OR (tenant = $1 AND sku = $2)
-             ORDER BY tenant, sku",
-        )
-        .bind(only.map(|(t, _)| t.as_str()))
-        .bind(only.map(|(_, s)| s.as_str()))
-        .fetch_all(&mut *tx)
-        .await?;
+        let mut tx = self.db.snapshot().await?;
+        let keys: Vec<(String, String)> = match only {
+            Some((tenant, sku)) => vec![(tenant.as_str().to_owned(), sku.as_str().to_owned())],
+            None => sql("SELECT tenant, sku FROM skus ORDER BY tenant, sku")
+                .fetch_all(&mut tx)
+                .await?
+                .iter()
+                .map(|row| Ok((row.try_get("tenant")?, row.try_get("sku")?)))
+                .collect::<Result<_, StoreError>>()?,
+        };
         let mut out = Vec::with_capacity(keys.len());
         for (tenant, sku) in &keys {
             let loaded = load(&mut tx, tenant, sku, Lock::None)
@@ -320,11 +317,12 @@ impl Store {
 
     /// Every region that ever synced.
     pub async fn regions(&self) -> Result<Vec<RegionSync>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT region, epoch, seq, rtt_ms, last_sync_at FROM regions ORDER BY region",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let mut tx = self.db.snapshot().await?;
+        let rows =
+            sql("SELECT region, epoch, seq, rtt_ms, last_sync_at FROM regions ORDER BY region")
+                .fetch_all(&mut tx)
+                .await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| {
                 Ok(RegionSync {
@@ -332,7 +330,9 @@ impl Store {
                     epoch: r.try_get("epoch")?,
                     seq: r.try_get("seq")?,
                     rtt_ms: r.try_get("rtt_ms")?,
-                    last_sync_at: r.try_get("last_sync_at")?,
+                    last_sync_at: r.time("last_sync_at")?.ok_or_else(|| {
+                        StoreError::Corrupt("a region without last_sync_at".into())
+                    })?,
                 })
             })
             .collect()

@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use escrow_core::allocation::{RegionAllocation, Report};
 use escrow_core::{Allocation, Mode, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row};
 
+use super::backend::{self, sql, Row, Tx};
 use super::StoreError;
 
 /// One SKU as loaded: its state and, by the same index, its regions' names.
@@ -40,7 +39,8 @@ impl Loaded {
 /// Whether [`load`] locks the SKU's row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Lock {
-    /// `FOR UPDATE`: the caller will change the SKU.
+    /// `FOR UPDATE` (on SQLite, the write lock the transaction holds):
+    /// the caller will change the SKU.
     ForUpdate,
     /// A plain read (in a snapshot, or of a row already locked).
     None,
@@ -74,7 +74,7 @@ pub(super) fn timestamp(ms: u64) -> Result<DateTime<Utc>, StoreError> {
 /// do not balance is refused (the rules assert the balance at every move,
 /// and a corrupt SKU must stop selling rather than sell on; the audit shows it).
 pub(super) async fn load_to_change(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     tenant: &str,
     sku: &str,
     lock: Lock,
@@ -93,16 +93,16 @@ pub(super) async fn load_to_change(
 
 /// Loads one SKU with its regions and pending grants.
 pub(super) async fn load(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     tenant: &str,
     sku: &str,
     lock: Lock,
 ) -> Result<Option<Loaded>, StoreError> {
     let lock = match lock {
-        Lock::ForUpdate => "FOR UPDATE",
+        Lock::ForUpdate => conn.locking("FOR UPDATE"),
         Lock::None => "",
     };
-    let row = sqlx::query(&format!(
+    let row = sql(format!(
         "SELECT tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms,
                 policy, policy_settings
          FROM skus WHERE tenant = $1 AND sku = $2 {lock}"
@@ -132,7 +132,7 @@ pub(super) async fn load(
         .map_err(corrupt("settings"))?,
         regions: Vec::new(),
     };
-    let rows = sqlx::query(
+    let rows = sql(
         "SELECT r.region, r.weight, r.leased, r.returned, r.recall_pending,
                 r.reported_available, r.reported_held, r.reported_sold, r.sale_rate_per_s,
                 r.reported_at, COALESCE(g.rtt_ms, 0) AS rtt_ms
@@ -149,10 +149,8 @@ pub(super) async fn load(
         names.push(RegionName::parse(row.try_get("region")?).map_err(corrupt("region"))?);
         allocation.regions.push(region_of(row)?);
     }
-    let grants = sqlx::query(
-        "SELECT id, region, units FROM transfers
-         WHERE tenant = $1 AND sku = $2 AND kind = 'GRANT' AND state = 'PENDING'",
-    )
+    let grants = sql("SELECT id, region, units FROM transfers
+                      WHERE tenant = $1 AND sku = $2 AND kind = 'GRANT' AND state = 'PENDING'")
     .bind(tenant)
     .bind(sku)
     .fetch_all(&mut *conn)
@@ -195,28 +193,28 @@ fn policy_of(
 
 /// Stores a SKU's policy choice (`None`: the coordinator's default).
 pub(super) async fn save_policy(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     tenant: &Tenant,
     sku: &Sku,
     policy: Option<&PolicyChoice>,
 ) -> Result<(), StoreError> {
-    let changed = sqlx::query(
-        "UPDATE skus SET policy = $3, policy_settings = $4, updated_at = now()
+    let changed = sql(
+        "UPDATE skus SET policy = $3, policy_settings = $4, updated_at = $5
          WHERE tenant = $1 AND sku = $2",
     )
     .bind(tenant.as_str())
     .bind(sku.as_str())
     .bind(policy.map(PolicyChoice::name))
     .bind(policy.map(|p| p.settings().to_string()))
+    .bind(Utc::now())
     .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    .await?;
     one_row(changed, "sku policy")
 }
 
-fn region_of(row: &PgRow) -> Result<RegionAllocation, StoreError> {
+fn region_of(row: &Row) -> Result<RegionAllocation, StoreError> {
     let weight: i32 = row.try_get("weight")?;
-    let reported_at: Option<DateTime<Utc>> = row.try_get("reported_at")?;
+    let reported_at: Option<DateTime<Utc>> = row.time("reported_at")?;
     Ok(RegionAllocation {
         weight: u32::try_from(weight)
             .map_err(|_| StoreError::Corrupt(format!("weight is negative: {weight}")))?,
@@ -254,7 +252,7 @@ fn one_row(changed: u64, what: &str) -> Result<(), StoreError> {
 /// Writes what changed from `before` (`None`: a new SKU) to `after`;
 /// `names` names `after`'s regions by index.
 pub(super) async fn save(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     before: Option<&Allocation>,
     after: &Allocation,
     names: &[RegionName],
@@ -271,15 +269,13 @@ pub(super) async fn save(
             .keys()
             .filter(|id| !region.grants.contains_key(*id))
         {
-            let changed = sqlx::query(
-                "UPDATE transfers SET state = 'DELIVERED', delivered_at = now()
-                 WHERE id = $1 AND region = $2 AND kind = 'GRANT' AND state = 'PENDING'",
-            )
+            let changed = sql("UPDATE transfers SET state = 'DELIVERED', delivered_at = $3
+                               WHERE id = $1 AND region = $2 AND kind = 'GRANT' AND state = 'PENDING'")
             .bind(id)
             .bind(name.as_str())
+            .bind(Utc::now())
             .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            .await?;
             one_row(changed, "grant delivery")?;
         }
         for (id, units) in region
@@ -287,7 +283,7 @@ pub(super) async fn save(
             .iter()
             .filter(|(id, _)| !old_grants.contains_key(*id))
         {
-            let changed = sqlx::query(
+            let changed = sql(
                 "INSERT INTO transfers (id, tenant, sku, region, kind, units, state)
                  VALUES ($1, $2, $3, $4, 'GRANT', $5, 'PENDING') ON CONFLICT (id) DO NOTHING",
             )
@@ -297,8 +293,7 @@ pub(super) async fn save(
             .bind(name.as_str())
             .bind(stored(*units)?)
             .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            .await?;
             if changed != 1 {
                 return Err(StoreError::Invalid(
                     "transfer id already used for something else".into(),
@@ -310,7 +305,7 @@ pub(super) async fn save(
 }
 
 async fn save_sku(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     before: Option<&Allocation>,
     after: &Allocation,
 ) -> Result<(), StoreError> {
@@ -338,12 +333,12 @@ async fn save_sku(
         }
         Some(_) => {
             "UPDATE skus SET total = $3, pool = $4, mode = $5, paused = $6, max_per_user = $7,
-                    hold_ttl_ms = $8, updated_at = now()
+                    hold_ttl_ms = $8, updated_at = $13
              WHERE tenant = $1 AND sku = $2
                AND total = $9 AND pool = $10 AND mode = $11 AND paused = $12"
         }
     };
-    let mut query = sqlx::query(sql)
+    let mut query = backend::sql(sql)
         .bind(after.tenant.as_str())
         .bind(after.sku.as_str())
         .bind(stored(after.total)?)
@@ -357,9 +352,10 @@ async fn save_sku(
             .bind(stored(before.total)?)
             .bind(stored(before.pool)?)
             .bind(before.mode.as_str())
-            .bind(before.paused);
+            .bind(before.paused)
+            .bind(Utc::now());
     }
-    let changed = query.execute(&mut *conn).await?.rows_affected();
+    let changed = query.execute(&mut *conn).await?;
     if before.is_none() && changed != 1 {
         return Err(StoreError::Conflict(
             "the SKU was created by a concurrent request".into(),
@@ -369,7 +365,7 @@ async fn save_sku(
 }
 
 async fn save_region(
-    conn: &mut PgConnection,
+    conn: &mut Tx,
     sku: &Allocation,
     name: &RegionName,
     before: Option<&RegionAllocation>,
@@ -392,7 +388,7 @@ async fn save_region(
     };
     let weight = i32::try_from(after.weight)
         .map_err(|_| StoreError::Invalid(format!("weight {} is too large", after.weight)))?;
-    let mut query = sqlx::query(sql)
+    let mut query = backend::sql(sql)
         .bind(sku.tenant.as_str())
         .bind(sku.sku.as_str())
         .bind(name.as_str())
@@ -411,7 +407,7 @@ async fn save_region(
             .bind(stored(before.returned)?)
             .bind(stored(before.recall_pending)?);
     }
-    let changed = query.execute(&mut *conn).await?.rows_affected();
+    let changed = query.execute(&mut *conn).await?;
     one_row(changed, "region row")
 }
 

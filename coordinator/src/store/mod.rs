@@ -1,17 +1,21 @@
-//! The coordinator's books in PostgreSQL.
+//! The coordinator's books, in PostgreSQL or in an embedded SQLite file.
 //!
 //! Every operation is one transaction: lock the rows it concerns (`FOR
 //! UPDATE`, SKUs in (tenant, sku) order, so concurrent syncs of different
-//! regions never deadlock), load each SKU into escrow-core's
-//! [`Allocation`], let the rules decide, and write the difference back,
-//! each write a conditional statement whose affected-row count is checked.
-//! Nothing here decides how units move; see `escrow_core::allocation`.
+//! regions never deadlock; on SQLite the file's write lock, taken first),
+//! load each SKU into escrow-core's [`Allocation`], let the rules decide,
+//! and write the difference back, each write a conditional statement whose
+//! affected-row count is checked. Nothing here decides how units move; see
+//! `escrow_core::allocation`.
 //!
 //! - [`books`]: loading an [`Allocation`] from its rows and writing it back.
 //! - [`region`]: the region API's sync and take.
 //! - [`admin`]: the admin API's changes and read-only summaries.
+//! - [`backend`]: the one place that knows the two backends apart; the
+//!   transactions above are written once for both.
 
 pub mod admin;
+mod backend;
 mod books;
 pub mod region;
 
@@ -19,14 +23,18 @@ use std::sync::Arc;
 
 use escrow_core::allocation::{AllocationError, Moves};
 use escrow_core::{Allocation, RegionName};
-use sqlx::PgPool;
 
 use crate::notices::Notices;
+use backend::{sql, Db};
 
 pub use admin::{parse_weights, RegionSummary, RegionSync, SkuSpec, SkuSummary};
 
-/// The embedded migrations of the coordinator.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/coordinator");
+/// The embedded migrations of the coordinator on PostgreSQL.
+pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/coordinator");
+
+/// The embedded migrations of the coordinator on SQLite: the same schema.
+pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator =
+    sqlx::migrate!("../migrations/coordinator-sqlite");
 
 /// Why a store operation was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +56,9 @@ pub enum StoreError {
     /// held a value its schema forbids: a bug or a corrupt database.
     #[error("corrupt or changed under lock: {0}")]
     Corrupt(String),
-    /// The database failed.
+    /// The database could not be reached or failed; the driver's message.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(String),
 }
 
 impl From<AllocationError> for StoreError {
@@ -66,19 +74,22 @@ impl From<AllocationError> for StoreError {
 /// The coordinator's persistence.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: PgPool,
+    db: Db,
     notices: Arc<Notices>,
 }
 
 impl Store {
-    /// Wraps a pool whose database has the coordinator's migrations applied.
-    pub fn new(pool: PgPool) -> Self {
+    /// Opens the database `url` names, creating and migrating its schema:
+    /// `postgres://` or `postgresql://` with `pool_size` connections, or
+    /// `sqlite://PATH` (the file is created if missing) with `pool_size`
+    /// readers beside its one writer.
+    pub async fn open(url: &str, pool_size: u32) -> Result<Self, StoreError> {
         let base =
             u64::try_from(chrono::Utc::now().timestamp_millis()).expect("the clock is after 1970");
-        Self {
-            pool,
+        Ok(Self {
+            db: Db::open(url, pool_size).await?,
             notices: Arc::new(Notices::new(base)),
-        }
+        })
     }
 
     /// The regions' notice numbers, for their watch calls.
@@ -97,10 +108,11 @@ impl Store {
 
     /// Whether the database answers and the schema is in place.
     pub async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1 FROM regions LIMIT 1")
-            .fetch_optional(&self.pool)
+        let mut tx = self.db.snapshot().await?;
+        sql("SELECT 1 FROM regions LIMIT 1")
+            .fetch_optional(&mut tx)
             .await?;
-        Ok(())
+        tx.commit().await
     }
 }
 

@@ -1,7 +1,9 @@
 //! The coordinator's test harness: a real coordinator and real region
-//! agents, each on its own PostgreSQL database, talking HTTP on loopback,
-//! with a wire between them that can count and disturb messages. The API
-//! client, polling and process helpers come from `test-support`.
+//! agents, each on its own database (all PostgreSQL or all SQLite, see
+//! [`coordinator_tests!`]), talking HTTP on loopback, with a wire between
+//! them that can count and disturb messages. The API client, polling,
+//! process helpers and the backend handle [`TestDb`] come from
+//! `test-support`.
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
-use coordinator::store::{Store, MIGRATOR as COORD_MIGRATOR};
+use coordinator::store::Store;
 use escrow_core::protocol::{
     SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
 };
@@ -22,12 +24,23 @@ use region_agent::coordinator_client::{
     ClientError, CoordinatorClient, CoordinatorLink, HttpCoordinator,
 };
 use region_agent::owner::Limits;
-use region_agent::store::postgres::{PgStore, MIGRATOR as AGENT_MIGRATOR};
 use reqwest::StatusCode;
 use serde_json::Value;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection, PgPool};
 pub use test_support::*;
+
+/// Runs each `async fn NAME(db: TestDb)` named as `NAME::postgres` and
+/// `NAME::sqlite`, each on a fresh database with the coordinator's schema;
+/// the test's agents get databases of the same backend ([`agent_db`]).
+#[macro_export]
+macro_rules! coordinator_tests {
+    ($($name:ident),+ $(,)?) => {
+        test_support::on_both_backends!(
+            postgres: coordinator::store::POSTGRES_MIGRATOR,
+            sqlite: coordinator::store::SQLITE_MIGRATOR;
+            $($name),+
+        );
+    };
+}
 
 pub const SYNC_MS: u64 = 50;
 
@@ -35,49 +48,15 @@ pub fn region_token(region: &str) -> String {
     format!("token-{region}")
 }
 
-/// A fresh database with the region agent's migrations. It stays after the
-/// test (for inspection) and is dropped when the same test runs again.
-pub struct AgentDb {
-    pub name: String,
-    pub pool: PgPool,
-}
-
-impl AgentDb {
-    pub async fn create(coordinator_pool: &PgPool, region: &str) -> Self {
-        let base = coordinator_pool
-            .connect_options()
-            .get_database()
-            .unwrap()
-            .to_owned();
-        // PostgreSQL truncates names at 63 bytes: keep a short, unique suffix of the test's database.
-        let name = format!(
-            "agent_{}_{}",
-            &base[base.len().saturating_sub(24)..],
-            region.replace('-', "_")
-        );
-        let mut admin = PgConnection::connect(&format!("{}/postgres", server_url()))
-            .await
-            .unwrap();
-        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE \"{name}\""))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect(&format!("{}/{name}", server_url()))
-            .await
-            .unwrap();
-        AGENT_MIGRATOR.run(&pool).await.unwrap();
-        Self { name, pool }
-    }
-
-    pub fn url(&self) -> String {
-        format!("{}/{}", server_url(), self.name)
-    }
+/// A fresh database with the region agent's schema, on the backend of the
+/// coordinator's `db`.
+pub async fn agent_db(db: &TestDb, region: &str) -> TestDb {
+    db.sibling(
+        &format!("agent-{region}"),
+        &region_agent::store::postgres::MIGRATOR,
+        &region_agent::store::sqlite::MIGRATOR,
+    )
+    .await
 }
 
 /// Counts and optionally disturbs the agent's calls to the coordinator.
@@ -188,13 +167,13 @@ pub struct Coord {
     served: Served,
 }
 
-pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
+pub async fn coordinator_state(db: &TestDb) -> coordinator::AppState {
     let regions = ["eu", "us", "ap"]
         .iter()
         .map(|r| (RegionName::parse(r).unwrap(), region_token(r)))
         .collect();
     coordinator::AppState::new(
-        Store::new(pool.clone()),
+        Store::open(db.url(), 8).await.unwrap(),
         CoordAuth::new(Some(ADMIN.to_owned()), regions),
         coordinator::policies::Policies::new("tail-merge", SYNC_MS).unwrap(),
         10_000,
@@ -203,8 +182,8 @@ pub fn coordinator_state(pool: &PgPool) -> coordinator::AppState {
 
 impl Coord {
     /// A coordinator with SKU `drop`: 100 units over eu and us, equal weights.
-    pub async fn with_drop(pool: &PgPool) -> (Self, Api) {
-        let coord = Self::start(pool, None).await;
+    pub async fn with_drop(db: &TestDb) -> (Self, Api) {
+        let coord = Self::start(db, None).await;
         let admin = Api::new(&coord.url);
         let (status, body) = admin
             .put_sku(
@@ -217,7 +196,7 @@ impl Coord {
         (coord, admin)
     }
 
-    pub async fn start(pool: &PgPool, addr: Option<std::net::SocketAddr>) -> Self {
+    pub async fn start(db: &TestDb, addr: Option<std::net::SocketAddr>) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -225,8 +204,7 @@ impl Coord {
             )
             .with_test_writer()
             .try_init();
-        COORD_MIGRATOR.run(pool).await.unwrap();
-        let state = coordinator_state(pool);
+        let state = coordinator_state(db).await;
         let served = Served::start(addr, |listener, shutdown| {
             coordinator::run(listener, state, shutdown)
         })
@@ -254,7 +232,7 @@ pub struct Agent {
 
 impl Agent {
     pub async fn start(
-        db: &AgentDb,
+        db: &TestDb,
         region: &str,
         coordinator_url: &str,
         fault_seed: Option<u64>,
@@ -283,7 +261,7 @@ impl Agent {
             coordinator: Some(link),
         };
         let state = region_agent::start(
-            Arc::new(PgStore::new(db.pool.clone())),
+            region_agent::store::open(db.url(), 8).await.unwrap(),
             Arc::new(SystemClock),
             settings,
         )

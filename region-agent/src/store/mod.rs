@@ -18,6 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+use service_kit::db::Backend;
 
 pub use escrow_core::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
 
@@ -67,14 +68,9 @@ impl BatchError {
 /// (the file is created if missing) with `pool_size` readers beside its
 /// one writer.
 pub async fn open(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, StoreError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::connect(url, pool_size).await?))
-    } else if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url, pool_size).await?))
-    } else {
-        Err(StoreError::Database(
-            "unsupported database URL: expected postgres://... or sqlite://PATH".into(),
-        ))
+    match Backend::of(url).map_err(StoreError::Database)? {
+        Backend::Postgres => Ok(Arc::new(postgres::PgStore::connect(url, pool_size).await?)),
+        Backend::Sqlite => Ok(Arc::new(sqlite::SqliteStore::open(url, pool_size).await?)),
     }
 }
 

@@ -9,13 +9,11 @@
 //! one transaction: all of it or none.
 
 use std::collections::HashMap;
-use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use escrow_core::{Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::rows::{
@@ -42,23 +40,14 @@ impl PgStore {
     }
 
     /// Connects to `url` with `pool_size` connections and applies the
-    /// agent's migrations.
+    /// agent's migrations; statements time out after
+    /// [`service_kit::db::STATEMENT_TIMEOUT`], so a hung one fails rather
+    /// than holding an owner (and shutdown) forever.
     pub async fn connect(url: &str, pool_size: u32) -> Result<Self, StoreError> {
-        // A statement that hangs must fail rather than hold an owner (and shutdown) forever.
-        let options = PgConnectOptions::from_str(url)
-            .map_err(database)?
-            .options([("statement_timeout", "10s")]);
-        let pool = PgPoolOptions::new()
-            .max_connections(pool_size)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
+        service_kit::db::connect_postgres(url, pool_size, &MIGRATOR)
             .await
-            .map_err(database)?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Database(format!("applying migrations: {e}")))?;
-        Ok(Self::new(pool))
+            .map(Self::new)
+            .map_err(database)
     }
 }
 

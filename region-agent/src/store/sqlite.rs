@@ -13,18 +13,16 @@
 //! process (an agent taking over the region) waits for the lock for up to
 //! [`BUSY_TIMEOUT`] instead of failing with `SQLITE_BUSY`. Readers have
 //! their own pool; in WAL mode they read a committed snapshot without
-//! waiting for the writer.
+//! waiting for the writer. The file is opened as every service opens one
+//! (`service_kit::db::open_sqlite`).
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
+use service_kit::db;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, Sqlite, Transaction};
 
 use super::rows::{
@@ -42,7 +40,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/reg
 /// process) or for this process's write connection, as PostgreSQL's
 /// statement timeout bounds a stuck statement: a commit that cannot start
 /// fails and its owner reloads, rather than holding the owner forever.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BUSY_TIMEOUT: Duration = db::SQLITE_BUSY_TIMEOUT;
 
 /// The database's clock in ms, for bookkeeping columns only (`updated_at`,
 /// `taken_at`); every decision compares with the batch's `now_ms`.
@@ -61,34 +59,12 @@ impl SqliteStore {
     /// missing, and applies the agent's migrations; `readers` connections
     /// serve reads beside the one writer.
     pub async fn open(url: &str, readers: u32) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(database)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // FULL: the WAL is synced at every commit, so a 201 survives a
-            // power cut; NORMAL would only survive a process crash.
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(options.clone())
-            .await
-            .map_err(database)?;
-        MIGRATOR
-            .run(&writer)
-            .await
-            .map_err(|e| StoreError::Database(format!("applying migrations: {e}")))?;
-        let readers = SqlitePoolOptions::new()
-            .max_connections(readers.max(1))
-            .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(options)
+        let pools = db::open_sqlite(url, readers, &MIGRATOR)
             .await
             .map_err(database)?;
         Ok(Self {
-            writer,
-            readers,
+            writer: pools.writer,
+            readers: pools.readers,
             writes_waiting: AtomicUsize::new(0),
         })
     }

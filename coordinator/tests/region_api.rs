@@ -1,0 +1,138 @@
+//! The region API driven by hand, without an agent, on both backends: an
+//! older agent process is fenced, an older report never overwrites a newer
+//! one, and a take applies once however often it is sent. These are the
+//! conditional writes each backend must judge the same way.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+coordinator_tests!(
+    older_processes_are_fenced_and_older_reports_ignored,
+    a_take_applies_once,
+);
+
+/// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
+async fn region_call(coord: &Coord, region: &str, call: &str, body: Value) -> (StatusCode, Value) {
+    let r = client()
+        .post(format!("{}/v1/regions/{region}/{call}", coord.url))
+        .bearer_auth(region_token(region))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+/// A sync from eu at (`epoch`, `seq`) reporting `available` units of `drop`.
+fn sync_body(epoch: i64, seq: u64, available: u64) -> Value {
+    json!({"epoch": epoch, "seq": seq, "rtt_ms": 0, "acks": [], "returns": [], "skus": [
+        {"tenant": "acme", "sku": "drop", "available": available, "held": 0, "sold": 0,
+         "sale_rate_per_s": 0.0}]})
+}
+
+/// eu's agent row at the coordinator: (epoch, seq).
+async fn eu_session(admin: &Api) -> (i64, i64) {
+    let (status, body) = admin.admin_get("/v1/admin/regions").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let eu = body["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["region"] == "eu")
+        .unwrap()
+        .clone();
+    (eu["epoch"].as_i64().unwrap(), eu["seq"].as_i64().unwrap())
+}
+
+/// Goal: agent processes are ordered by epoch and reports by seq. A sync
+/// from an older epoch is 409 FENCED and changes nothing; an older seq of
+/// the current epoch is answered but its report is not stored; a newer
+/// epoch takes over the region. The books stay balanced throughout.
+async fn older_processes_are_fenced_and_older_reports_ignored(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(2, 5, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(eu_session(&admin).await, (2, 5));
+    let reported = admin.admin_sku("acme", "drop").await["regions"]["eu"]["last_report_at"].clone();
+    assert!(reported.is_string(), "the first report is stored");
+
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(1, 9, 7)).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::CONFLICT, Some("FENCED"))
+    );
+    assert_eq!(
+        eu_session(&admin).await,
+        (2, 5),
+        "an older epoch moves nothing"
+    );
+
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(2, 4, 7)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let eu = admin.admin_sku("acme", "drop").await["regions"]["eu"].clone();
+    assert_eq!(
+        (&eu["available"], &eu["last_report_at"]),
+        (&json!(0), &reported),
+        "an older report is not stored"
+    );
+    assert_eq!(eu_session(&admin).await, (2, 5));
+
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(3, 1, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        eu_session(&admin).await,
+        (3, 1),
+        "a newer process takes over"
+    );
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(2, 6, 0)).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::CONFLICT, Some("FENCED")),
+        "the process it replaced is fenced"
+    );
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a take is applied once per id: sent again, it answers the same
+/// grant and debits the pool no further; the same id from another region
+/// is refused (400) with nothing moved; the books stay balanced.
+async fn a_take_applies_once(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let pool = admin.admin_sku("acme", "drop").await["pool"]
+        .as_u64()
+        .unwrap();
+    assert!(pool >= 5, "the initial split leaves units in the pool");
+    let take = json!({"id": "t-1", "tenant": "acme", "sku": "drop", "units": 5});
+
+    let (status, first) = region_call(&coord, "eu", "take", take.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(
+        first["grant"],
+        json!({"id": "t-1", "tenant": "acme", "sku": "drop", "units": 5})
+    );
+    let after = admin.admin_sku("acme", "drop").await;
+    assert!(
+        after["regions"]["eu"]["in_transit"].as_u64().unwrap() >= 5,
+        "{after}"
+    );
+
+    let (status, again) = region_call(&coord, "eu", "take", take.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["grant"], first["grant"], "the same grant again");
+    let (status, body) = region_call(&coord, "us", "take", take).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let now = admin.admin_sku("acme", "drop").await;
+    assert_eq!(
+        (&now["pool"], &now["in_transit"]),
+        (&after["pool"], &after["in_transit"]),
+        "a repeated take debits nothing"
+    );
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}

@@ -1,0 +1,137 @@
+//! Opening a service's database, the same way for the coordinator and the
+//! region agent: the backend named by the URL's scheme, connected with the
+//! bounds and durability both services rely on, and migrated before use.
+//!
+//! - PostgreSQL (`postgres://` or `postgresql://`): a pool whose statements
+//!   time out after [`STATEMENT_TIMEOUT`], so a hung statement fails rather
+//!   than holding row locks (and a drain) forever.
+//! - SQLite (`sqlite://PATH`, the file created if missing): WAL with
+//!   `synchronous=FULL` (the log is synced at every commit, so an answer
+//!   sent after a commit survives a power cut), foreign keys on, and two
+//!   pools: one writer connection, so a process's write transactions queue
+//!   for it rather than fail with `SQLITE_BUSY`, and readers beside it,
+//!   which read a committed snapshot without waiting for the writer. A write
+//!   waits at most [`SQLITE_BUSY_TIMEOUT`] for the file's write lock (held by
+//!   another process) or for the writer connection.
+//!
+//! What each service does with the connections (its SQL, its transactions)
+//! is its own.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+/// Longest a PostgreSQL statement may run.
+pub const STATEMENT_TIMEOUT: &str = "10s";
+
+/// Longest a PostgreSQL connection is waited for.
+pub const POSTGRES_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a SQLite write waits for the file's write lock or the writer
+/// connection, as [`STATEMENT_TIMEOUT`] bounds a PostgreSQL statement.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `postgres://...` or `postgresql://...`.
+    Postgres,
+    /// `sqlite://PATH`.
+    Sqlite,
+}
+
+impl Backend {
+    /// The backend of `url`, by its scheme; otherwise what is expected.
+    pub fn of(url: &str) -> Result<Self, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else {
+            Err("unsupported database URL: expected postgres://... or sqlite://PATH".into())
+        }
+    }
+}
+
+/// Connects to the PostgreSQL database at `url` with `pool_size`
+/// connections and applies `migrator`.
+pub async fn connect_postgres(
+    url: &str,
+    pool_size: u32,
+    migrator: &Migrator,
+) -> Result<PgPool, sqlx::Error> {
+    let options =
+        PgConnectOptions::from_str(url)?.options([("statement_timeout", STATEMENT_TIMEOUT)]);
+    let pool = PgPoolOptions::new()
+        .max_connections(pool_size)
+        .acquire_timeout(POSTGRES_ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await?;
+    migrator.run(&pool).await?;
+    Ok(pool)
+}
+
+/// How every connection to a SQLite file is opened: created if missing,
+/// WAL, synced commits, foreign keys on, waiting for the write lock.
+pub fn sqlite_options(url: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
+    Ok(SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        // FULL: the WAL is synced at every commit, so an acknowledged
+        // write survives a power cut; NORMAL would only survive a crash.
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .foreign_keys(true))
+}
+
+/// A SQLite file's connections: one writer, and readers beside it.
+#[derive(Debug, Clone)]
+pub struct SqlitePools {
+    /// The one connection every write transaction goes through.
+    pub writer: SqlitePool,
+    /// Connections for reads, each seeing a committed snapshot.
+    pub readers: SqlitePool,
+}
+
+/// Opens the SQLite file at `url` (`sqlite://PATH`), creating it if
+/// missing, applies `migrator` through the writer, and opens `readers`
+/// reader connections (at least one).
+pub async fn open_sqlite(
+    url: &str,
+    readers: u32,
+    migrator: &Migrator,
+) -> Result<SqlitePools, sqlx::Error> {
+    let options = sqlite_options(url)?;
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+        .connect_with(options.clone())
+        .await?;
+    migrator.run(&writer).await?;
+    let readers = SqlitePoolOptions::new()
+        .max_connections(readers.max(1))
+        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+        .connect_with(options)
+        .await?;
+    Ok(SqlitePools { writer, readers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the scheme alone picks the backend, and anything else is refused.
+    #[test]
+    fn the_scheme_picks_the_backend() {
+        assert_eq!(Backend::of("postgres://h/db"), Ok(Backend::Postgres));
+        assert_eq!(Backend::of("postgresql://h/db"), Ok(Backend::Postgres));
+        assert_eq!(Backend::of("sqlite://./x.db"), Ok(Backend::Sqlite));
+        assert!(Backend::of("mysql://h/db").is_err());
+        assert!(Backend::of("").is_err());
+    }
+}
