@@ -34,6 +34,10 @@ struct Cli {
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Idempotency-Key of a change (put, add-stock, pause, resume): run
+    /// the same command again with the same key and it is applied once.
+    #[arg(long, global = true)]
+    idempotency_key: Option<String>,
     #[command(subcommand)]
     command: Top,
 }
@@ -157,6 +161,7 @@ fn weights(raw: &[String]) -> anyhow::Result<Option<Value>> {
 struct Api {
     url: String,
     token: Option<String>,
+    idempotency_key: Option<String>,
     client: reqwest::Client,
 }
 
@@ -167,11 +172,15 @@ impl Api {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
+        let change = method != reqwest::Method::GET;
         let mut req = self
             .client
             .request(method, format!("{}{path}", self.url.trim_end_matches('/')));
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
+        }
+        if let (Some(key), true) = (&self.idempotency_key, change) {
+            req = req.header("Idempotency-Key", key);
         }
         if let Some(body) = body {
             req = req.json(&body);
@@ -253,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let api = Api {
         url: cli.url,
         token: cli.token,
+        idempotency_key: cli.idempotency_key,
         client: reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .build()?,

@@ -75,6 +75,23 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
 
     let out = ctl(&url, &["--json", "sku", "add-stock", "acme/drop", "5"]).await;
     assert_eq!(json(&out)["total"], 105);
+    // The same add-stock with one key, twice: applied once.
+    for _ in 0..2 {
+        let out = ctl(
+            &url,
+            &[
+                "--json",
+                "--idempotency-key",
+                "restock-7",
+                "sku",
+                "add-stock",
+                "acme/drop",
+                "7",
+            ],
+        )
+        .await;
+        assert_eq!(json(&out)["total"], 112);
+    }
     let out = ctl(&url, &["--json", "sku", "pause", "acme/drop"]).await;
     assert_eq!(json(&out)["paused"], true);
     let out = ctl(&url, &["--json", "sku", "resume", "acme/drop"]).await;
@@ -85,7 +102,7 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
             json(&out)["pool"].as_i64(),
             json(&out)["max_per_user"].as_i64()
         ),
-        (Some(105), Some(2))
+        (Some(112), Some(2))
     );
     assert!(ctl(&url, &["regions"]).await.status.success());
 

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use crate::policies::PolicyRequest;
-use crate::store::{parse_weights, SkuSpec, SkuSummary};
+use crate::store::{parse_weights, AdminKey, Applied, SkuSpec, SkuSummary};
 use crate::AppState;
 
 /// Largest total or stock addition accepted.
@@ -62,6 +62,45 @@ fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
         .ok_or_else(|| {
             ApiError::BadRequest(format!("{field} must be an integer in 0..={UNITS_MAX}"))
         })
+}
+
+/// The `Idempotency-Key` of an admin change, with the change it names.
+fn admin_key(headers: &HeaderMap, operation: String) -> Result<Option<AdminKey>, ApiError> {
+    headers
+        .get("idempotency-key")
+        .map(|raw| {
+            let key = raw.to_str().map_err(|_| {
+                ApiError::BadRequest("Idempotency-Key must be visible ASCII".into())
+            })?;
+            Ok(AdminKey {
+                key: key.to_owned(),
+                operation,
+            })
+        })
+        .transpose()
+}
+
+/// The answer to an admin change: the SKU view, 201 for a new SKU, and
+/// `Idempotent-Replayed: true` when the key's change was applied before.
+async fn changed(
+    state: &AppState,
+    tenant: &Tenant,
+    sku: &Sku,
+    applied: Applied,
+) -> Result<Response, ApiError> {
+    let view = state.store().sku(tenant, sku).await?;
+    let status = match applied {
+        Applied::Created => StatusCode::CREATED,
+        Applied::Changed | Applied::Replayed => StatusCode::OK,
+    };
+    let mut response = (status, Json(sku_json(state, &view))).into_response();
+    if applied == Applied::Replayed {
+        response.headers_mut().insert(
+            "idempotent-replayed",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
 }
 
 /// The admin view of a SKU, with report ages.
@@ -137,17 +176,12 @@ pub async fn put_sku(
             settings: body.settings,
         },
     };
-    let created = state
+    let key = admin_key(&headers, format!("PUT {tenant}/{sku} {spec:?}"))?;
+    let applied = state
         .store()
-        .put_sku(&tenant, &sku, &spec, state.policies())
+        .put_sku(&tenant, &sku, &spec, state.policies(), key.as_ref())
         .await?;
-    let view = state.store().sku(&tenant, &sku).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(sku_json(&state, &view))).into_response())
+    changed(&state, &tenant, &sku, applied).await
 }
 
 /// `GET /v1/admin/skus/{tenant}/{sku}`.
@@ -176,12 +210,12 @@ pub async fn add_stock(
     if qty == 0 {
         return Err(ApiError::BadRequest("qty must be at least 1".into()));
     }
-    state
+    let key = admin_key(&headers, format!("add-stock {tenant}/{sku} {qty}"))?;
+    let applied = state
         .store()
-        .add_stock(&tenant, &sku, qty, state.policies())
+        .add_stock(&tenant, &sku, qty, state.policies(), key.as_ref())
         .await?;
-    let view = state.store().sku(&tenant, &sku).await?;
-    Ok(Json(sku_json(&state, &view)).into_response())
+    changed(&state, &tenant, &sku, applied).await
 }
 
 async fn set_paused(
@@ -193,9 +227,13 @@ async fn set_paused(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
-    state.store().set_paused(&tenant, &sku, paused).await?;
-    let view = state.store().sku(&tenant, &sku).await?;
-    Ok(Json(sku_json(&state, &view)).into_response())
+    let verb = if paused { "pause" } else { "resume" };
+    let key = admin_key(&headers, format!("{verb} {tenant}/{sku}"))?;
+    let applied = state
+        .store()
+        .set_paused(&tenant, &sku, paused, key.as_ref())
+        .await?;
+    changed(&state, &tenant, &sku, applied).await
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/pause`.

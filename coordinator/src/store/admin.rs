@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use escrow_core::{Allocation, Mode, Moves, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
 use serde::Serialize;
 
-use super::backend::sql;
+use super::backend::{sql, Tx};
 use super::books::{load, load_to_change, save, save_policy, stored, timestamp, Loaded, Lock};
 use super::{new_grant_id, Store, StoreError};
 use crate::policies::{Policies, PolicyRequest};
@@ -151,18 +151,82 @@ fn reweigh(loaded: &mut Loaded, weights: &[(RegionName, u32)]) -> Vec<u32> {
     out
 }
 
+/// An admin change's idempotency key and what it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminKey {
+    /// The client's `Idempotency-Key`.
+    pub key: String,
+    /// The change it names, in a canonical text: the same request gives
+    /// the same text.
+    pub operation: String,
+}
+
+/// What an admin change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// A new SKU.
+    Created,
+    /// An existing SKU changed.
+    Changed,
+    /// The same change with the same key was applied before; nothing now.
+    Replayed,
+}
+
+/// Records `key` in `tx`, the change's own transaction: `true` if the
+/// change is new, `false` if this very change was recorded before (then
+/// nothing is to be applied); a key recorded for another change is refused.
+async fn claim(tx: &mut Tx, key: Option<&AdminKey>) -> Result<bool, StoreError> {
+    let Some(key) = key else {
+        return Ok(true);
+    };
+    if key.key.is_empty() || key.key.len() > 128 {
+        return Err(StoreError::Invalid(
+            "Idempotency-Key must be 1 to 128 characters".into(),
+        ));
+    }
+    let inserted = sql("INSERT INTO admin_requests (key, operation, created_at)
+                        VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+    .bind(key.key.as_str())
+    .bind(key.operation.as_str())
+    .bind(Utc::now())
+    .execute(tx)
+    .await?;
+    if inserted == 1 {
+        return Ok(true);
+    }
+    let row = sql("SELECT operation FROM admin_requests WHERE key = $1")
+        .bind(key.key.as_str())
+        .fetch_optional(tx)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("admin request key vanished under lock".into()))?;
+    let operation: String = row.try_get("operation")?;
+    if operation == key.operation {
+        Ok(false)
+    } else {
+        Err(StoreError::Conflict(format!(
+            "Idempotency-Key {} was used for another change: {operation}",
+            key.key
+        )))
+    }
+}
+
 impl Store {
-    /// Creates a SKU (true) or changes it (false), then rebalances it
-    /// under the policy it runs after the change.
+    /// Creates a SKU or changes it, then rebalances it under the policy it
+    /// runs after the change; with a `key` seen before for the same
+    /// change, does nothing.
     pub async fn put_sku(
         &self,
         tenant: &Tenant,
         sku: &Sku,
         spec: &SkuSpec,
         policies: &Policies,
-    ) -> Result<bool, StoreError> {
+        key: Option<&AdminKey>,
+    ) -> Result<Applied, StoreError> {
         let invalid = |e: escrow_core::IdError| StoreError::Invalid(e.to_string());
         let mut tx = self.db.write().await?;
+        if !claim(&mut tx, key).await? {
+            return Ok(Applied::Replayed);
+        }
         let existing =
             load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
         let created = existing.is_none();
@@ -220,7 +284,11 @@ impl Store {
         tx.commit().await?;
         self.observe(&loaded.allocation, &loaded.names, &split);
         self.observe(&loaded.allocation, &loaded.names, &moves);
-        Ok(created)
+        Ok(if created {
+            Applied::Created
+        } else {
+            Applied::Changed
+        })
     }
 
     /// Adds units to a SKU's pool (and total), then rebalances it.
@@ -230,8 +298,9 @@ impl Store {
         sku: &Sku,
         units: u64,
         policies: &Policies,
-    ) -> Result<(), StoreError> {
-        self.change(tenant, sku, |loaded| {
+        key: Option<&AdminKey>,
+    ) -> Result<Applied, StoreError> {
+        self.change(tenant, sku, key, |loaded| {
             let policy = policies.of(loaded.policy.as_ref()).build();
             loaded.allocation.add_stock(units);
             loaded
@@ -247,8 +316,9 @@ impl Store {
         tenant: &Tenant,
         sku: &Sku,
         paused: bool,
-    ) -> Result<(), StoreError> {
-        self.change(tenant, sku, |loaded| {
+        key: Option<&AdminKey>,
+    ) -> Result<Applied, StoreError> {
+        self.change(tenant, sku, key, |loaded| {
             loaded.allocation.paused = paused;
             Moves::default()
         })
@@ -256,14 +326,18 @@ impl Store {
     }
 
     /// Locks and loads a SKU, applies `change` to it and writes the result,
-    /// in one transaction.
+    /// in one transaction (none if `key` shows it was applied before).
     async fn change(
         &self,
         tenant: &Tenant,
         sku: &Sku,
+        key: Option<&AdminKey>,
         change: impl FnOnce(&mut Loaded) -> Moves,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Applied, StoreError> {
         let mut tx = self.db.write().await?;
+        if !claim(&mut tx, key).await? {
+            return Ok(Applied::Replayed);
+        }
         let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
@@ -272,7 +346,7 @@ impl Store {
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
         self.observe(&loaded.allocation, &loaded.names, &moves);
-        Ok(())
+        Ok(Applied::Changed)
     }
 
     /// One SKU with its regions.
