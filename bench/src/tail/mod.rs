@@ -25,13 +25,14 @@ pub mod report;
 pub mod sampler;
 pub mod shape;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use crate::process::Binaries;
 use analysis::{TailStats, Totals};
-use cluster::{Cluster, ClusterFlags};
+use cluster::{Cluster, ClusterFlags, Logs, Storage};
 use shape::Sale;
 
 /// The SKU every run sells.
@@ -47,8 +48,10 @@ pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// What every run of a `bench tail` invocation shares.
 #[derive(Debug, Clone)]
 pub struct TailSettings {
-    /// A superuser URL of the PostgreSQL to use.
-    pub database_url: String,
+    /// Where the processes keep their databases.
+    pub storage: Storage,
+    /// Where the processes write their logs.
+    pub logs: Logs,
     /// Where the binaries are.
     pub binaries: Binaries,
     /// Most requests in flight at once, over all buyers.
@@ -70,15 +73,22 @@ pub struct TailRun {
     pub samples: Vec<sampler::SkuView>,
 }
 
+/// Makes every run's database names unique within this process (tests run
+/// clusters side by side).
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
 /// Runs `sale` once under `policy` on a cluster of its own, which is
-/// stopped and whose databases are dropped whatever happens.
+/// stopped (and its databases dropped, if the storage says so) whatever
+/// happens.
 pub async fn run_policy(
     settings: &TailSettings,
     sale: &Sale,
     policy: &str,
 ) -> anyhow::Result<TailRun> {
     let regions: Vec<String> = sale.regions.iter().map(|r| r.name.clone()).collect();
-    let cluster = Cluster::start(settings, policy, &regions).await?;
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let tag = format!("bench_tail_{}_{run}", std::process::id());
+    let cluster = Cluster::start(settings, policy, &regions, &tag).await?;
     let result = drive(settings, &cluster, sale, policy).await;
     let stopped = cluster.stop().await;
     let run = result?;
