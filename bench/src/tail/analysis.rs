@@ -274,8 +274,10 @@ mod tests {
             arrived_us: first_sent_us,
             first_sent_us,
             ended_us,
+            last_answer_us: ended_us,
             end,
             answers,
+            paid: None,
         }
     }
 

@@ -13,7 +13,7 @@
 //!
 //! - [`shape`]: the sales: presets, flags, a simulator scenario.
 //! - [`cluster`]: the coordinator and agents of one run.
-//! - [`buyers`]: the crowd, its connections and its retries.
+//! - [`buyers`]: the crowd, its connections, its retries and its payments.
 //! - [`sampler`]: the coordinator's view of the SKU over time.
 //! - [`analysis`]: from logs and samples to the table's numbers.
 //! - [`report`]: the Markdown table.
@@ -113,6 +113,7 @@ async fn drive(
             agents: cluster.agent_addrs(),
             in_flight: settings.in_flight,
             run_id: format!("t{}", std::process::id()),
+            progress: None,
         },
         sale,
         origin,
@@ -120,7 +121,7 @@ async fn drive(
     .await
     .context("running the buyers")?;
     let sale_wall = started.elapsed();
-    let last_answer_us = logs.iter().map(|l| l.ended_us).max().unwrap_or(0);
+    let last_answer_us = logs.iter().map(|l| l.last_answer_us).max().unwrap_or(0);
     let samples = sampling.stop().await;
     let settled = cluster.settle(origin, last_answer_us).await?;
     let after = cluster.counters().await?;
