@@ -32,7 +32,7 @@ use anyhow::Context;
 
 use crate::process::Binaries;
 use analysis::{TailStats, Totals};
-use cluster::{Cluster, ClusterFlags, Logs, Storage};
+use cluster::{Cluster, ClusterFlags, Counters, Logs, Storage};
 use shape::Sale;
 
 /// The SKU every run sells.
@@ -71,6 +71,8 @@ pub struct TailRun {
     pub sale_wall: Duration,
     /// The coordinator's view, sampled during the sale, oldest first.
     pub samples: Vec<sampler::SkuView>,
+    /// The coordinator's view once every region reported after the sale.
+    pub settled: sampler::SkuView,
 }
 
 /// Makes every run's database names unique within this process (tests run
@@ -102,41 +104,88 @@ async fn drive(
     sale: &Sale,
     policy: &str,
 ) -> anyhow::Result<TailRun> {
+    let open = open_sale(cluster, sale).await?;
+    let logs = buyers::run(crowd(settings, cluster, None), sale, open.origin)
+        .await
+        .context("running the buyers")?;
+    close_sale(cluster, sale, open, &logs, policy).await
+}
+
+/// A sale under way on a cluster: the SKU exists, every agent can sell
+/// it, and the coordinator's view is being sampled.
+pub struct OpenSale {
+    /// The sale's start: the buyers' clock and the samples' run from it.
+    pub origin: sampler::Origin,
+    started: Instant,
+    before: Counters,
+    sampling: sampler::Sampling,
+}
+
+impl OpenSale {
+    /// The coordinator's latest view of the SKU, as it changes.
+    pub fn latest_view(&self) -> tokio::sync::watch::Receiver<Option<sampler::SkuView>> {
+        self.sampling.latest()
+    }
+}
+
+/// Creates the sale's SKU on the coordinator, waits until every agent can
+/// sell it, and starts sampling: the sale starts now.
+pub async fn open_sale(cluster: &Cluster, sale: &Sale) -> anyhow::Result<OpenSale> {
     cluster.put_sku(sale).await?;
     cluster.wait_sku_ready(sale).await?;
     let before = cluster.counters().await?;
     let origin = sampler::Origin::now();
-    let sampling = sampler::start(cluster.coordinator_addr(), origin);
-    let started = Instant::now();
-    let logs = buyers::run(
-        buyers::Crowd {
-            agents: cluster.agent_addrs(),
-            in_flight: settings.in_flight,
-            run_id: format!("t{}", std::process::id()),
-            progress: None,
-        },
-        sale,
+    Ok(OpenSale {
         origin,
-    )
-    .await
-    .context("running the buyers")?;
-    let sale_wall = started.elapsed();
+        started: Instant::now(),
+        before,
+        sampling: sampler::start(cluster.coordinator_addr(), origin),
+    })
+}
+
+/// The crowd that buys from `cluster`'s agents, counted into `progress`
+/// if given.
+pub fn crowd(
+    settings: &TailSettings,
+    cluster: &Cluster,
+    progress: Option<std::sync::Arc<buyers::Progress>>,
+) -> buyers::Crowd {
+    buyers::Crowd {
+        agents: cluster.agent_addrs(),
+        in_flight: settings.in_flight,
+        run_id: format!("t{}", std::process::id()),
+        progress,
+    }
+}
+
+/// Ends a sale whose buyers are all done (`logs`): stops sampling, waits
+/// until every region reported after the last answer, reads the audit and
+/// the counters, and analyses.
+pub async fn close_sale(
+    cluster: &Cluster,
+    sale: &Sale,
+    open: OpenSale,
+    logs: &[buyers::BuyerLog],
+    policy: &str,
+) -> anyhow::Result<TailRun> {
+    let sale_wall = open.started.elapsed();
     let last_answer_us = logs.iter().map(|l| l.last_answer_us).max().unwrap_or(0);
-    let samples = sampling.stop().await;
-    let settled = cluster.settle(origin, last_answer_us).await?;
+    let samples = open.sampling.stop().await;
+    let settled = cluster.settle(open.origin, last_answer_us).await?;
     let after = cluster.counters().await?;
     let totals = Totals {
         units: sale.units,
         regions: sale.regions.iter().map(|r| r.name.clone()).collect(),
-        final_view: settled.view,
+        final_view: settled.view.clone(),
         drift_total: settled.drift_total,
-        counters: after.since(&before),
+        counters: after.since(&open.before),
     };
-    let stats = analysis::analyse(&logs, &samples, &totals);
+    let stats = analysis::analyse(logs, &samples, &totals);
     Ok(TailRun {
         policy: policy.to_owned(),
         stats,
         sale_wall,
         samples,
+        settled: settled.view,
     })
 }
