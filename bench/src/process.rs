@@ -227,6 +227,8 @@ pub struct Binaries {
     pub server: PathBuf,
     /// `coordinator` (only `bench tail` starts one).
     pub coordinator: PathBuf,
+    /// `escrowctl` (never started here; the demo names it for the reader).
+    pub escrowctl: PathBuf,
 }
 
 /// The packages `bench` (all but `tail`) runs.
@@ -256,6 +258,7 @@ impl Binaries {
             agent: dir.join("region-agent"),
             server: dir.join("bench-server"),
             coordinator: dir.join("coordinator"),
+            escrowctl: dir.join("escrowctl"),
         })
     }
 
