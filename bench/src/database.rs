@@ -57,6 +57,11 @@ impl ScratchDb {
         })
     }
 
+    /// Leaves the database in place and closes the connection that made it.
+    pub async fn keep(self) {
+        self.admin.close().await;
+    }
+
     /// Drops the database, closing any connection still open to it.
     pub async fn drop(self) -> anyhow::Result<()> {
         sqlx::query(&format!(

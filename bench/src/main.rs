@@ -15,7 +15,7 @@ use bench::load::{LoadSpec, Workload};
 use bench::process::{Binaries, CLUSTER_PACKAGES, HOT_PATH_PACKAGES};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
-use bench::tail::cluster::ClusterFlags;
+use bench::tail::cluster::{ClusterFlags, Logs, Storage};
 use bench::tail::shape::{default_skew, parse_skew, scenario_sale, Sale, Shape, PRESETS};
 use bench::tail::TailSettings;
 use clap::{Parser, Subcommand};
@@ -340,7 +340,8 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
     binaries.check_cluster()?;
     let agent = scenario.as_ref().map(|s| s.agent.clone());
     let settings = TailSettings {
-        database_url: cli.database_url.clone(),
+        storage: Storage::scratch(&cli.database_url),
+        logs: Logs::Stderr,
         binaries,
         in_flight: args.in_flight,
         cluster: ClusterFlags {
@@ -360,7 +361,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
             db_pool_size: args.db_pool_size,
         },
     };
-    let facts = bench::database::server_facts(&settings.database_url).await?;
+    let facts = bench::database::server_facts(&cli.database_url).await?;
     let machine = Machine::detect(facts);
     println!(
         "{}",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bench::outcome::Outcome;
 use bench::process::{Binaries, CLUSTER_PACKAGES};
-use bench::tail::cluster::ClusterFlags;
+use bench::tail::cluster::{ClusterFlags, Logs, Storage};
 use bench::tail::shape::Shape;
 use bench::tail::{run_policy, TailSettings};
 
@@ -19,9 +19,11 @@ const UNITS: u64 = 60;
 const BUYERS: u64 = 200;
 
 fn settings(binaries: Binaries) -> TailSettings {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     TailSettings {
-        database_url: std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        storage: Storage::scratch(&server),
+        logs: Logs::Stderr,
         binaries,
         in_flight: 100,
         cluster: ClusterFlags {

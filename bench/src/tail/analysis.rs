@@ -63,6 +63,8 @@ pub struct TailStats {
     pub refused: u64,
     /// Buyers turned away (SOLD_OUT or gave up) while units were free.
     pub turned_away_free: u64,
+    /// Of those, buyers told SOLD_OUT (a false sold-out).
+    pub false_sold_outs: u64,
     /// HELDs given to buyers who came after one was turned away while units were free.
     pub inversions: u64,
     /// Share of held units that did not come from a take (a coordinator
@@ -148,7 +150,8 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
     let mut answers = Tally::default();
     let mut held_per_region = vec![0u64; totals.regions.len()];
     let mut holds: Vec<(i64, u64)> = Vec::new();
-    let mut turned_away: Vec<i64> = Vec::new();
+    // When each turned-away buyer's story ended, and whether with SOLD_OUT.
+    let mut turned_away: Vec<(i64, bool)> = Vec::new();
     let (mut sold_out_buyers, mut gave_up, mut refused) = (0, 0, 0);
     for log in logs {
         answers.merge(&log.answers);
@@ -161,11 +164,11 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
             }
             End::SoldOut => {
                 sold_out_buyers += 1;
-                turned_away.push(log.ended_us);
+                turned_away.push((log.ended_us, true));
             }
             End::GaveUp => {
                 gave_up += 1;
-                turned_away.push(log.ended_us);
+                turned_away.push((log.ended_us, false));
             }
             End::Refused(_) => refused += 1,
         }
@@ -188,10 +191,11 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
     turned_away.sort_unstable();
     let mut next = 0;
     let mut first_free_turn_away = None;
-    let mut turned_away_free = 0;
-    for &t in &turned_away {
+    let (mut turned_away_free, mut false_sold_outs) = (0, 0);
+    for &(t, sold_out) in &turned_away {
         if free_at(samples, &mut next, t, &totals.final_view) {
             turned_away_free += 1;
+            false_sold_outs += u64::from(sold_out);
             first_free_turn_away.get_or_insert(t);
         }
     }
@@ -227,6 +231,7 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
         gave_up,
         refused,
         turned_away_free,
+        false_sold_outs,
         inversions,
         local_holds,
         counters: totals.counters,
@@ -274,8 +279,10 @@ mod tests {
             arrived_us: first_sent_us,
             first_sent_us,
             ended_us,
+            last_answer_us: ended_us,
             end,
             answers,
+            paid: None,
         }
     }
 
@@ -315,6 +322,7 @@ mod tests {
         let stats = analyse(&logs, &samples, &totals(final_view));
         assert_eq!(stats.held_units, 10);
         assert_eq!(stats.turned_away_free, 1);
+        assert_eq!(stats.false_sold_outs, 1);
         assert_eq!(stats.inversions, 1);
         assert_eq!(stats.sold_out_buyers, 2);
         assert_eq!(stats.held_after_us[0], Some(104));
@@ -333,6 +341,7 @@ mod tests {
         logs.push(log(End::SoldOut, 0, 4_000_000));
         let stats = analyse(&logs, &[], &totals(final_view));
         assert_eq!(stats.turned_away_free, 2);
+        assert_eq!(stats.false_sold_outs, 1);
         assert_eq!(stats.gave_up, 1);
         assert_eq!(stats.held_after_us[3], None);
         assert_eq!(stats.final_free, 2);

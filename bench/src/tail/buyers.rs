@@ -8,6 +8,10 @@
 //! `in_flight` requests are on the wire at once, over keep-alive
 //! connections pooled per agent (a waiting buyer holds no connection), so
 //! a crowd of 200,000 needs no more sockets than requests in flight.
+//!
+//! A buyer whose arrival says so pays for its hold: after its delay it
+//! confirms it (`POST .../confirm`, retried like a reserve). The crowd's
+//! answers so far can be watched through a [`Progress`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 use super::sampler::Origin;
 use super::shape::{Arrival, Patience, Sale};
@@ -36,6 +41,53 @@ pub struct Crowd {
     pub in_flight: usize,
     /// Makes the run's request keys unique.
     pub run_id: String,
+    /// Where the crowd's answers are counted as they come, if anyone watches.
+    pub progress: Option<Arc<Progress>>,
+}
+
+/// One region's buyers so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionProgress {
+    /// Buyers that arrived.
+    pub arrived: u64,
+    /// Buyers whose story ended.
+    pub ended: u64,
+    /// Every answer to a reserve.
+    pub answers: Tally,
+    /// Units held, by the answers.
+    pub held_units: u64,
+    /// Units paid for (holds confirmed).
+    pub paid_units: u64,
+}
+
+/// The crowd's answers so far, per region in the sale's order.
+#[derive(Debug, Default)]
+pub struct Progress {
+    regions: Mutex<Vec<RegionProgress>>,
+}
+
+impl Progress {
+    /// Nothing yet, in `regions` regions.
+    pub fn new(regions: usize) -> Self {
+        Self {
+            regions: Mutex::new(vec![RegionProgress::default(); regions]),
+        }
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> Vec<RegionProgress> {
+        self.regions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn update(&self, region: u8, change: impl FnOnce(&mut RegionProgress)) {
+        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = regions.get_mut(usize::from(region)) {
+            change(r);
+        }
+    }
 }
 
 /// How a buyer's story ended.
@@ -62,12 +114,16 @@ pub struct BuyerLog {
     pub arrived_us: i64,
     /// When its first request left (it may wait for an in-flight slot).
     pub first_sent_us: i64,
-    /// When its last answer came.
+    /// When the last answer to its reserve came.
     pub ended_us: i64,
+    /// When its last answer of any kind came (its confirm's, if it paid).
+    pub last_answer_us: i64,
     /// How it ended.
     pub end: End,
-    /// Every answer it got.
+    /// Every answer it got to its reserve.
     pub answers: Tally,
+    /// The last answer to its confirm, if it paid for a hold.
+    pub paid: Option<Outcome>,
 }
 
 /// Idle keep-alive connections to one agent.
@@ -89,15 +145,12 @@ impl Pool {
     }
 
     /// Posts on an idle connection (or a new one); `None` without an answer.
-    async fn post(&self, path: &str, bearer: &Bearer, body: Bytes) -> Option<Answer> {
+    async fn post(&self, path: &str, bearer: &Bearer, body: Option<Bytes>) -> Option<Answer> {
         let mut conn = match self.take() {
             Some(conn) => conn,
             None => Conn::connect(self.addr).await.ok()?,
         };
-        match conn
-            .exchange(hyper::Method::POST, path, bearer, Some(body))
-            .await
-        {
+        match conn.exchange(hyper::Method::POST, path, bearer, body).await {
             Ok(answer) => {
                 self.give_back(conn);
                 Some(answer)
@@ -116,10 +169,20 @@ struct Shared {
     bearer: Bearer,
     origin: Origin,
     run_id: String,
+    progress: Option<Arc<Progress>>,
+}
+
+impl Shared {
+    fn progress(&self, region: u8, change: impl FnOnce(&mut RegionProgress)) {
+        if let Some(progress) = &self.progress {
+            progress.update(region, change);
+        }
+    }
 }
 
 /// Runs the sale's crowd from `origin` (the sale's start) until every
-/// buyer's story has ended; one log per buyer, in arrival order.
+/// buyer's story has ended; one log per buyer, in arrival order. Dropping
+/// the future stops every buyer.
 pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Vec<BuyerLog>> {
     anyhow::ensure!(
         (1..=IN_FLIGHT_MAX).contains(&crowd.in_flight),
@@ -142,8 +205,9 @@ pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
         bearer: Bearer::new(TENANT_KEY)?,
         origin,
         run_id: crowd.run_id,
+        progress: crowd.progress,
     });
-    let mut tasks = Vec::with_capacity(sale.arrivals.len());
+    let mut tasks = JoinSet::new();
     for (index, &arrival) in sale.arrivals.iter().enumerate() {
         anyhow::ensure!(
             usize::from(arrival.region) < sale.regions.len(),
@@ -158,13 +222,21 @@ pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
             tokio::time::sleep_until(at.into()).await;
         }
         let shared = shared.clone();
-        tasks.push(tokio::spawn(buyer(shared, index, arrival, patience)));
+        tasks.spawn(async move { (index, buyer(shared, index, arrival, patience).await) });
     }
-    let mut logs = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        logs.push(task.await.context("buyer task panicked")?);
+    let mut logs: Vec<Option<BuyerLog>> = vec![None; sale.arrivals.len()];
+    while let Some(done) = tasks.join_next().await {
+        let (index, log) = done.context("buyer task panicked")?;
+        logs[index] = Some(log);
     }
-    Ok(logs)
+    logs.into_iter()
+        .map(|log| log.context("every buyer's task ended with its log"))
+        .collect()
+}
+
+/// The request key of buyer `index` of the crowd `run_id`.
+pub fn request_key(run_id: &str, index: usize) -> String {
+    format!("{run_id}-{index}")
 }
 
 /// Whether a REPLAY's reservation is a hold (the buyer's own, from an
@@ -180,12 +252,13 @@ async fn buyer(
     arrival: Arrival,
     patience: Patience,
 ) -> BuyerLog {
-    let key = format!("{}-{index}", shared.run_id);
+    let key = request_key(&shared.run_id, index);
     let body = Bytes::from(format!(
         r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{SKU}","qty":{}}}"#,
         arrival.qty
     ));
     let pool = &shared.pools[usize::from(arrival.region)];
+    shared.progress(arrival.region, |p| p.arrived += 1);
     let mut answers = Tally::default();
     let mut first_sent_us = None;
     let mut retries = 0u32;
@@ -194,7 +267,7 @@ async fn buyer(
         let sent_us = shared.origin.now_us();
         let first = *first_sent_us.get_or_insert(sent_us);
         let answer = pool
-            .post("/v1/reservations", &shared.bearer, body.clone())
+            .post("/v1/reservations", &shared.bearer, Some(body.clone()))
             .await;
         drop(permit);
         let now_us = shared.origin.now_us();
@@ -203,6 +276,7 @@ async fn buyer(
             None => (Outcome::Transport, None),
         };
         answers.add(outcome);
+        shared.progress(arrival.region, |p| p.answers.add(outcome));
         let retry = match outcome {
             Outcome::Held => break (End::Held, now_us),
             Outcome::Replay if answer.as_ref().is_some_and(|a| replays_a_hold(&a.body)) => {
@@ -238,14 +312,73 @@ async fn buyer(
         retries += 1;
         tokio::time::sleep(wait).await;
     };
+    shared.progress(arrival.region, |p| {
+        p.ended += 1;
+        if end == End::Held {
+            p.held_units += u64::from(arrival.qty);
+        }
+    });
+    let paid = match (end, arrival.pay_after) {
+        (End::Held, Some(after)) => {
+            tokio::time::sleep(after).await;
+            let paid = pay(&shared, pool, &key, patience).await;
+            if paid == Outcome::Confirmed {
+                shared.progress(arrival.region, |p| p.paid_units += u64::from(arrival.qty));
+            }
+            Some(paid)
+        }
+        _ => None,
+    };
+    let last_answer_us = if paid.is_some() {
+        shared.origin.now_us()
+    } else {
+        ended_us
+    };
     BuyerLog {
         region: arrival.region,
         qty: arrival.qty,
         arrived_us: i64::try_from(arrival.at.as_micros()).unwrap_or(i64::MAX),
         first_sent_us: first_sent_us.unwrap_or(ended_us),
         ended_us,
+        last_answer_us,
         end,
         answers,
+        paid,
+    }
+}
+
+/// Confirms the hold of request `key`, retrying a 503 (or a lost answer)
+/// as a reserve is retried, for at most the buyer's retrying time; the
+/// last answer.
+async fn pay(shared: &Shared, pool: &Pool, key: &str, patience: Patience) -> Outcome {
+    let path = format!("/v1/reservations/{key}/confirm");
+    let first = shared.origin.now_us();
+    loop {
+        let permit = shared.in_flight.acquire().await;
+        let answer = pool.post(&path, &shared.bearer, None).await;
+        drop(permit);
+        let (outcome, retry_after) = match &answer {
+            Some(a) => (Outcome::of_action(true, a.status, &a.body), a.retry_after),
+            None => (Outcome::Transport, None),
+        };
+        if !matches!(
+            outcome,
+            Outcome::Paused
+                | Outcome::QueueFull
+                | Outcome::WaitTimeout
+                | Outcome::ServerError
+                | Outcome::Transport
+        ) {
+            return outcome;
+        }
+        let wait = retry_after.unwrap_or(patience.wait);
+        let retrying_for_us = shared.origin.now_us() - first;
+        if Duration::from_micros(u64::try_from(retrying_for_us).unwrap_or(0)) + wait
+            > patience.retrying_max
+        {
+            return outcome;
+        }
+        tokio::time::sleep(wait).await;
     }
 }
 

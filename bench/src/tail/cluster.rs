@@ -1,6 +1,8 @@
-//! The servers of one `bench tail` run: a coordinator and one agent per
-//! region, each a child process on its own scratch database, talking over
-//! loopback exactly as `scripts/cluster` starts them.
+//! The servers of one `bench tail` run (or of the demo): a coordinator and
+//! one agent per region, each a child process on its own database, talking
+//! over loopback exactly as `scripts/cluster` starts them. Each database is
+//! a scratch PostgreSQL database (dropped when the cluster stops) or a
+//! SQLite file in a directory, as [`Storage`] says.
 //!
 //! Only the contract's flags and HTTP API are used: the SKU is created
 //! with `PUT /v1/admin/skus/{tenant}/{sku}` on the coordinator, readiness
@@ -8,7 +10,7 @@
 //! from `GET /v1/admin/audit`, counters from `/metrics`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,7 +23,7 @@ use super::{TailSettings, SETTLE_TIMEOUT, SKU};
 use crate::client::{self, Bearer};
 use crate::database::ScratchDb;
 use crate::metrics::{read_text, series_sum};
-use crate::process::{free_addr, ServerProcess};
+use crate::process::{free_addr, ServerProcess, Terminal};
 use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 
 /// Longest the agents may take to learn of a new SKU and receive their
@@ -91,9 +93,116 @@ pub struct Settled {
     pub drift_total: i64,
 }
 
-/// Makes every run's database names unique within this process (tests run
-/// clusters side by side).
-static RUNS: AtomicU32 = AtomicU32::new(0);
+/// What `GET /v1/admin/audit` says about every SKU together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Audit {
+    /// `drift_total`: the sum over SKUs of |drift| + |ledger drift|.
+    pub drift_total: i64,
+    /// `stale_skus`: SKUs with a region whose report is stale.
+    pub stale_skus: i64,
+}
+
+/// The coordinator's audit now.
+pub async fn audit(coordinator: SocketAddr) -> anyhow::Result<Audit> {
+    let admin = Bearer::new(ADMIN_TOKEN)?;
+    let (status, body) =
+        client::once(coordinator, Method::GET, "/v1/admin/audit", &admin, None).await?;
+    anyhow::ensure!(status == StatusCode::OK, "audit answered {status}: {body}");
+    Ok(Audit {
+        drift_total: body["drift_total"]
+            .as_i64()
+            .context("audit body has drift_total")?,
+        stale_skus: body["stale_skus"].as_i64().unwrap_or(0),
+    })
+}
+
+/// Where one process keeps its database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A database of its own, created on the PostgreSQL server this
+    /// superuser URL points at.
+    Postgres(String),
+    /// A SQLite file of its own in this directory (which must exist).
+    Sqlite(PathBuf),
+}
+
+/// Where the processes of a cluster keep their databases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Storage {
+    /// The coordinator's.
+    pub coordinator: Backend,
+    /// Every agent's.
+    pub agents: Backend,
+    /// Drop the PostgreSQL databases when the cluster stops. SQLite files
+    /// are never removed: their directory is the caller's.
+    pub drop_postgres: bool,
+}
+
+impl Storage {
+    /// `bench tail`'s: every process on a scratch database of one
+    /// PostgreSQL server, dropped when the cluster stops.
+    pub fn scratch(server_url: &str) -> Self {
+        Self {
+            coordinator: Backend::Postgres(server_url.to_owned()),
+            agents: Backend::Postgres(server_url.to_owned()),
+            drop_postgres: true,
+        }
+    }
+}
+
+/// Where a cluster's processes write their logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Logs {
+    /// On our stderr (the processes share our terminal).
+    Stderr,
+    /// One file per process in this directory, `NAME.log` (the processes
+    /// are detached from our terminal).
+    Dir(PathBuf),
+}
+
+/// The name of a process's SQLite file and log file: `coordinator`,
+/// `region-agent-{region}`.
+pub fn process_name(region: Option<&str>) -> String {
+    region.map_or("coordinator".into(), |r| format!("region-agent-{r}"))
+}
+
+/// A database the cluster made for one process.
+#[derive(Debug)]
+enum Database {
+    Postgres(ScratchDb),
+    Sqlite(String),
+}
+
+impl Database {
+    /// Creates the database of process `name` (`{tag}_{suffix}` on
+    /// PostgreSQL, `{name}.db` in SQLite's directory).
+    async fn create(
+        backend: &Backend,
+        tag: &str,
+        suffix: &str,
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        Ok(match backend {
+            Backend::Postgres(server) => {
+                Database::Postgres(ScratchDb::create(server, &format!("{tag}_{suffix}")).await?)
+            }
+            Backend::Sqlite(dir) => Database::Sqlite(sqlite_url(dir, name)),
+        })
+    }
+
+    fn url(&self) -> &str {
+        match self {
+            Database::Postgres(db) => &db.url,
+            Database::Sqlite(url) => url,
+        }
+    }
+}
+
+/// `sqlite://` and the absolute path of `{name}.db` in `dir`.
+fn sqlite_url(dir: &Path, name: &str) -> String {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    format!("sqlite://{}", dir.join(format!("{name}.db")).display())
+}
 
 /// A coordinator and its agents.
 #[derive(Debug)]
@@ -101,7 +210,8 @@ pub struct Cluster {
     coordinator_addr: SocketAddr,
     coordinator: Option<ServerProcess>,
     agents: Vec<ServerProcess>,
-    dbs: Vec<ScratchDb>,
+    databases: Vec<Database>,
+    drop_postgres: bool,
 }
 
 fn args(pairs: &[(&str, String)]) -> Vec<String> {
@@ -113,21 +223,24 @@ fn args(pairs: &[(&str, String)]) -> Vec<String> {
 
 impl Cluster {
     /// Creates the databases and starts the coordinator under `policy`,
-    /// then one agent per region, each ready (`/readyz`).
+    /// then one agent per region, each ready (`/readyz`). PostgreSQL
+    /// databases are named `{tag}_coordinator` and `{tag}_{region}` (`tag`
+    /// is `[a-z0-9_]`, unique on the server); SQLite files and logs
+    /// `coordinator` and `region-agent-{region}` ([`process_name`]).
     pub async fn start(
         settings: &TailSettings,
         policy: &str,
         regions: &[String],
+        tag: &str,
     ) -> anyhow::Result<Self> {
-        let run = RUNS.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("bench_tail_{}_{run}", std::process::id());
         let mut cluster = Self {
             coordinator_addr: free_addr()?,
             coordinator: None,
             agents: Vec::new(),
-            dbs: Vec::new(),
+            databases: Vec::new(),
+            drop_postgres: settings.storage.drop_postgres,
         };
-        match cluster.spawn(settings, policy, regions, &tag).await {
+        match cluster.spawn(settings, policy, regions, tag).await {
             Ok(()) => Ok(cluster),
             Err(error) => {
                 if let Err(stop) = cluster.stop().await {
@@ -146,12 +259,20 @@ impl Cluster {
         tag: &str,
     ) -> anyhow::Result<()> {
         let flags = settings.cluster;
-        let db = ScratchDb::create(&settings.database_url, &format!("{tag}_coordinator")).await?;
+        let storage = &settings.storage;
+        let terminal = |name: &str| match &settings.logs {
+            Logs::Stderr => Terminal::Shared,
+            Logs::Dir(dir) => Terminal::Detached {
+                log: dir.join(format!("{name}.log")),
+            },
+        };
+        let name = process_name(None);
+        let db = Database::create(&storage.coordinator, tag, "coordinator", &name).await?;
         let addr = self.coordinator_addr;
         let tokens: Vec<String> = regions.iter().map(|r| format!("{r}=token-{r}")).collect();
         let mut coordinator_args = args(&[
             ("--listen", addr.to_string()),
-            ("--database-url", db.url.clone()),
+            ("--database-url", db.url().to_owned()),
             ("--admin-token", ADMIN_TOKEN.to_owned()),
             ("--policy", policy.to_owned()),
             ("--sync-interval-ms", flags.sync_interval_ms.to_string()),
@@ -160,23 +281,25 @@ impl Cluster {
         for token in &tokens {
             coordinator_args.extend(["--region-token".to_owned(), token.clone()]);
         }
-        self.dbs.push(db);
+        self.databases.push(db);
         self.coordinator = Some(
-            ServerProcess::start(
+            ServerProcess::spawn(
                 &format!("coordinator ({policy})"),
                 &settings.binaries.coordinator,
                 &coordinator_args,
                 addr,
+                &terminal(&name),
             )
             .await?,
         );
         for region in regions {
-            let db = ScratchDb::create(&settings.database_url, &format!("{tag}_{region}")).await?;
+            let name = process_name(Some(region));
+            let db = Database::create(&storage.agents, tag, region, &name).await?;
             let agent_addr = free_addr()?;
             let mut agent_args = args(&[
                 ("--region", region.clone()),
                 ("--listen", agent_addr.to_string()),
-                ("--database-url", db.url.clone()),
+                ("--database-url", db.url().to_owned()),
                 ("--coordinator-url", format!("http://{addr}")),
                 ("--region-token", format!("token-{region}")),
                 ("--admin-token", ADMIN_TOKEN.to_owned()),
@@ -189,17 +312,24 @@ impl Cluster {
             if let Some(ms) = flags.wait_timeout_ms {
                 agent_args.extend(["--wait-timeout-ms".to_owned(), ms.to_string()]);
             }
-            self.dbs.push(db);
-            let agent = ServerProcess::start(
+            self.databases.push(db);
+            let agent = ServerProcess::spawn(
                 &format!("region-agent {region} ({policy})"),
                 &settings.binaries.agent,
                 &agent_args,
                 agent_addr,
+                &terminal(&name),
             )
             .await?;
             self.agents.push(agent);
         }
         Ok(())
+    }
+
+    /// Each process's database URL: the coordinator's, then the agents' in
+    /// region order.
+    pub fn database_urls(&self) -> Vec<String> {
+        self.databases.iter().map(|d| d.url().to_owned()).collect()
     }
 
     /// The coordinator's address.
@@ -303,19 +433,7 @@ impl Cluster {
             }
             tokio::time::sleep(POLL_INTERVAL).await;
         };
-        let admin = Bearer::new(ADMIN_TOKEN)?;
-        let (status, body) = client::once(
-            self.coordinator_addr,
-            Method::GET,
-            "/v1/admin/audit",
-            &admin,
-            None,
-        )
-        .await?;
-        anyhow::ensure!(status == StatusCode::OK, "audit answered {status}: {body}");
-        let drift_total = body["drift_total"]
-            .as_i64()
-            .context("audit body has drift_total")?;
+        let drift_total = audit(self.coordinator_addr).await?.drift_total;
         Ok(Settled { view, drift_total })
     }
 
@@ -351,7 +469,8 @@ impl Cluster {
         Ok(counters)
     }
 
-    /// Stops every process (SIGTERM, drain) and drops every database.
+    /// Stops every process (SIGTERM, drain), agents first, and drops the
+    /// PostgreSQL databases if the storage says so.
     pub async fn stop(self) -> anyhow::Result<()> {
         let mut first_error = None;
         for agent in self.agents {
@@ -364,8 +483,11 @@ impl Cluster {
                 first_error.get_or_insert(e);
             }
         }
-        for db in self.dbs {
-            if let Err(e) = db.drop().await {
+        for db in self.databases {
+            let Database::Postgres(db) = db else { continue };
+            if !self.drop_postgres {
+                db.keep().await;
+            } else if let Err(e) = db.drop().await {
                 first_error.get_or_insert(e);
             }
         }

@@ -174,6 +174,7 @@ pub async fn sku_view(coordinator: SocketAddr, origin: Origin) -> anyhow::Result
 /// A sampler running in the background.
 pub struct Sampling {
     stop: watch::Sender<bool>,
+    latest: watch::Receiver<Option<SkuView>>,
     task: JoinHandle<Vec<SkuView>>,
 }
 
@@ -181,6 +182,7 @@ pub struct Sampling {
 /// connection; a failed sample is skipped (and the connection renewed).
 pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
     let (stop, mut stopped) = watch::channel(false);
+    let (latest_sender, latest) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut samples = Vec::new();
         let Ok(admin) = Bearer::new(ADMIN_TOKEN) else {
@@ -201,7 +203,10 @@ pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
                 continue;
             };
             match read_view(live, &admin, &origin).await {
-                Ok(view) => samples.push(view),
+                Ok(view) => {
+                    latest_sender.send_replace(Some(view.clone()));
+                    samples.push(view);
+                }
                 Err(error) => {
                     tracing::debug!(%error, "SKU view sample failed");
                     conn = None;
@@ -210,10 +215,15 @@ pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
         }
         samples
     });
-    Sampling { stop, task }
+    Sampling { stop, latest, task }
 }
 
 impl Sampling {
+    /// The latest sample, as it changes (`None` before the first).
+    pub fn latest(&self) -> watch::Receiver<Option<SkuView>> {
+        self.latest.clone()
+    }
+
     /// Stops sampling and returns the samples, oldest first.
     pub async fn stop(self) -> Vec<SkuView> {
         let _ = self.stop.send(true);

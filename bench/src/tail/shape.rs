@@ -2,8 +2,8 @@
 //! simulator scenario.
 //!
 //! A [`Sale`] is fully decided before any server starts: every buyer's
-//! arrival time, region, quantity and patience, drawn from a fixed seed, so
-//! each policy meets the same crowd. A scenario's crowd is the simulator's
+//! arrival time, region, quantity, patience and checkout, drawn from a
+//! fixed seed, so each policy meets the same crowd. A scenario's crowd is the simulator's
 //! own ([`simulations::demand::Demand`] with the scenario's seed), so the
 //! two tools can be run on the same sale and their numbers put side by side.
 
@@ -82,6 +82,9 @@ pub struct Arrival {
     pub qty: u32,
     /// Index of its [`Patience`] in [`Sale::patience`].
     pub patience: u8,
+    /// After a hold, the buyer pays (confirms it) this long after the
+    /// HELD; `None`: the hold is kept unconfirmed.
+    pub pay_after: Option<Duration>,
 }
 
 /// One sale, decided in full before it runs.
@@ -112,6 +115,51 @@ impl Sale {
     }
 }
 
+/// How a shape's buyers arrive over its window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrivals {
+    /// Evenly spaced.
+    Even,
+    /// A hot start and a long tail: `base_share` of the buyers evenly
+    /// spaced, the rest at a rate that peaks at the start and decays
+    /// exponentially with time constant `decay` (cut at the window's end).
+    /// Each buyer arrives at its quantile of that curve, so the times need
+    /// no randomness.
+    HotStart {
+        /// Time constant of the decay.
+        decay: Duration,
+        /// Share of the buyers spread evenly, 0..=1.
+        base_share: f64,
+    },
+}
+
+impl Arrivals {
+    /// `n` arrival times within `window`, in order.
+    pub fn times(self, n: u64, window: Duration) -> Vec<Duration> {
+        let w = window.as_secs_f64();
+        let even =
+            |count: u64| -> Vec<f64> { (0..count).map(|i| w * i as f64 / count as f64).collect() };
+        let mut times = match self {
+            Arrivals::Even => even(n),
+            Arrivals::HotStart { decay, base_share } => {
+                let base = ((n as f64 * base_share.clamp(0.0, 1.0)).round() as u64).min(n);
+                let hot = n - base;
+                let tau = decay.as_secs_f64().max(1e-6);
+                let mass = 1.0 - (-w / tau).exp();
+                let mut times = even(base);
+                times.extend((0..hot).map(|i| {
+                    let u = (i as f64 + 0.5) / hot as f64;
+                    -tau * (1.0 - u * mass).ln()
+                }));
+                times.sort_by(f64::total_cmp);
+                times
+            }
+        };
+        times.iter_mut().for_each(|t| *t = t.clamp(0.0, w));
+        times.into_iter().map(Duration::from_secs_f64).collect()
+    }
+}
+
 /// A shape given by flags or a preset.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
@@ -125,6 +173,11 @@ pub struct Shape {
     pub buyers: u64,
     /// Every buyer arrives within this window.
     pub window: Duration,
+    /// How they arrive over it.
+    pub arrivals: Arrivals,
+    /// After a hold each buyer pays after a delay drawn from this range;
+    /// `None`: holds are kept unconfirmed.
+    pub checkout: Option<[Duration; 2]>,
     /// Bound on each buyer's retrying.
     pub retrying_max: Duration,
     /// Seed of the crowd's order.
@@ -223,14 +276,17 @@ impl Shape {
             units: p.units,
             buyers: p.buyers,
             window: ARRIVAL_WINDOW_DEFAULT,
+            arrivals: Arrivals::Even,
+            checkout: None,
             retrying_max: RETRYING_MAX_DEFAULT,
             seed: 1,
         })
     }
 
     /// The crowd: buyers split over regions by skew (largest remainder,
-    /// exact counts), their order shuffled by `seed`, arrivals evenly
-    /// spaced over the window, one unit each, browser patience.
+    /// exact counts), their order shuffled by `seed`, arriving over the
+    /// window as [`Shape::arrivals`] says, one unit each, browser
+    /// patience, paying after a delay drawn by `seed` if [`Shape::checkout`].
     pub fn sale(&self) -> anyhow::Result<Sale> {
         anyhow::ensure!(
             !self.skew.is_empty() && self.skew.len() <= REGION_NAMES.len(),
@@ -252,15 +308,19 @@ impl Shape {
             let j = (rng.next() % (i as u64 + 1)) as usize;
             order.swap(i, j);
         }
-        let step = self.window.as_secs_f64() / self.buyers as f64;
+        let times = self.arrivals.times(self.buyers, self.window);
         let arrivals = order
             .into_iter()
-            .enumerate()
-            .map(|(i, region)| Arrival {
-                at: Duration::from_secs_f64(step * i as f64),
+            .zip(times)
+            .map(|(region, at)| Arrival {
+                at,
                 region,
                 qty: 1,
                 patience: 0,
+                pay_after: self.checkout.map(|[low, high]| {
+                    let spread = high.saturating_sub(low).as_secs_f64();
+                    low + Duration::from_secs_f64(spread * rng.unit())
+                }),
             })
             .collect();
         let sum: f64 = self.skew.iter().sum();
@@ -344,6 +404,7 @@ pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::
             region,
             qty,
             patience: if burst == HUMAN { 0 } else { burst + 1 },
+            pay_after: None,
         });
     }
     let b = &scenario.buyers;
@@ -419,6 +480,11 @@ impl SplitMix {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+
+    /// A draw in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 #[cfg(test)]
@@ -453,6 +519,32 @@ mod tests {
             .arrivals
             .iter()
             .all(|a| a.at <= Duration::from_millis(50)));
+    }
+
+    /// Goal: a hot start puts most buyers early and a long tail keeps some
+    /// arriving until the window's end, in order, with exact counts; a
+    /// checkout gives every buyer a payment delay within its range.
+    #[test]
+    fn hot_start_and_long_tail() {
+        let window = Duration::from_secs(20);
+        let times = Arrivals::HotStart {
+            decay: Duration::from_secs(4),
+            base_share: 0.2,
+        }
+        .times(1_000, window);
+        assert_eq!(times.len(), 1_000);
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        assert!(times.iter().all(|t| *t <= window));
+        let first_quarter = times.iter().filter(|t| **t < window / 4).count();
+        assert!(first_quarter > 600, "{first_quarter}");
+        assert!(times.iter().any(|t| *t > window * 9 / 10));
+
+        let mut shape = Shape::preset("skewed-701").unwrap();
+        shape.checkout = Some([Duration::from_secs(1), Duration::from_secs(3)]);
+        let sale = shape.sale().unwrap();
+        assert!(sale.arrivals.iter().all(|a| a
+            .pay_after
+            .is_some_and(|d| d >= Duration::from_secs(1) && d <= Duration::from_secs(3))));
     }
 
     /// Goal: skews are read as shares and bad ones refused.

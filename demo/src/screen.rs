@@ -1,0 +1,278 @@
+//! The live view on a terminal (ratatui over crossterm), drawn inline
+//! below what was printed before it, so its last frame stays on the
+//! screen above the summary.
+//!
+//! Per region: available, held and sold as bars (each out of the SKU's
+//! total, so the regions compare at a glance), the sale rate, and the
+//! answers its buyers got; above them the coordinator's pool, units in
+//! transit, mode, and the audit's drift. The terminal is in raw mode while
+//! the view is open, so Ctrl-C arrives as a key: a thread reads the keys
+//! and asks the demo to stop on `q`, Esc or Ctrl-C.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bench::outcome::Outcome;
+use bench::report::thousands;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Gauge, LineGauge, Paragraph};
+use ratatui::{DefaultTerminal, Frame, TerminalOptions, Viewport};
+use tokio::sync::watch;
+
+use crate::live::{RegionLine, Snapshot};
+
+/// Rows of the header block (two lines and its borders).
+const HEADER_ROWS: u16 = 4;
+/// Rows of the whole sale's gauge.
+const TOTAL_ROWS: u16 = 3;
+/// Rows of one region's block (three bars and its borders).
+const REGION_ROWS: u16 = 5;
+/// Rows of the key help under the regions.
+const FOOTER_ROWS: u16 = 1;
+/// How often a key is looked for, so the key thread notices the view closing.
+const KEY_POLL: Duration = Duration::from_millis(100);
+
+/// The view's rows for `regions` regions.
+pub fn height(regions: usize) -> u16 {
+    let regions = u16::try_from(regions).unwrap_or(u16::MAX);
+    HEADER_ROWS + TOTAL_ROWS + REGION_ROWS.saturating_mul(regions) + FOOTER_ROWS
+}
+
+/// The open view.
+pub struct Screen {
+    terminal: DefaultTerminal,
+    closed: Arc<AtomicBool>,
+    keys: Option<JoinHandle<()>>,
+    footer: String,
+}
+
+impl Screen {
+    /// Puts the terminal in raw mode with an inline viewport for
+    /// `regions` regions; `stop` is set when a stop key is pressed.
+    /// `footer` is shown under the regions.
+    pub fn open(regions: usize, stop: watch::Sender<bool>, footer: String) -> io::Result<Self> {
+        let terminal = ratatui::try_init_with_options(TerminalOptions {
+            viewport: Viewport::Inline(height(regions)),
+        })?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let keys = {
+            let closed = closed.clone();
+            std::thread::spawn(move || read_keys(&closed, &stop))
+        };
+        Ok(Self {
+            terminal,
+            closed,
+            keys: Some(keys),
+            footer,
+        })
+    }
+
+    /// Draws `snapshot`.
+    pub fn draw(&mut self, snapshot: &Snapshot) -> io::Result<()> {
+        let footer = &self.footer;
+        self.terminal
+            .draw(|frame| draw(frame, snapshot, footer))
+            .map(|_| ())
+    }
+
+    /// Draws `snapshot` one last time, without the key help, and gives
+    /// the terminal back as it was; what is printed next goes under the view.
+    pub fn close(mut self, snapshot: &Snapshot) -> io::Result<()> {
+        self.footer = String::new();
+        let drawn = self.draw(snapshot);
+        self.stop_keys();
+        ratatui::restore();
+        // The cursor is left on the view's last (now empty) row.
+        println!();
+        drawn
+    }
+
+    fn stop_keys(&mut self) {
+        self.closed.store(true, Ordering::Relaxed);
+        if let Some(keys) = self.keys.take() {
+            if keys.join().is_err() {
+                tracing::warn!("the key thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Screen {
+    /// A view dropped without [`Screen::close`] (an error) still gives the
+    /// terminal back.
+    fn drop(&mut self) {
+        if self.keys.is_some() {
+            self.stop_keys();
+            ratatui::restore();
+        }
+    }
+}
+
+/// Sets `stop` on `q`, Esc or Ctrl-C, until `closed`.
+fn read_keys(closed: &AtomicBool, stop: &watch::Sender<bool>) {
+    while !closed.load(Ordering::Relaxed) {
+        match event::poll(KEY_POLL) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(error) => {
+                tracing::warn!(%error, "reading keys failed; only signals stop the demo now");
+                return;
+            }
+        }
+        let Ok(Event::Key(key)) = event::read() else {
+            continue;
+        };
+        let ctrl_c =
+            key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
+        if key.kind == KeyEventKind::Press
+            && (ctrl_c || matches!(key.code, KeyCode::Char('q') | KeyCode::Esc))
+        {
+            stop.send_replace(true);
+        }
+    }
+}
+
+fn draw(frame: &mut Frame, s: &Snapshot, footer: &str) {
+    let mut rows = vec![
+        Constraint::Length(HEADER_ROWS),
+        Constraint::Length(TOTAL_ROWS),
+    ];
+    rows.extend(s.regions.iter().map(|_| Constraint::Length(REGION_ROWS)));
+    rows.push(Constraint::Length(FOOTER_ROWS));
+    let areas = Layout::vertical(rows).split(frame.area());
+    frame.render_widget(header(s), areas[0]);
+    frame.render_widget(total(s), areas[1]);
+    for (region, area) in s.regions.iter().zip(areas.iter().skip(2)) {
+        draw_region(frame, region, s.units, *area);
+    }
+    if let Some(area) = areas.last() {
+        frame.render_widget(
+            Paragraph::new(footer).style(Style::new().fg(Color::DarkGray)),
+            *area,
+        );
+    }
+}
+
+fn header(s: &Snapshot) -> Paragraph<'static> {
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let waiting = s.arrived() - s.ended();
+    let first = Line::from(vec![
+        Span::styled(format!("{:6.1} s ", s.elapsed.as_secs_f64()), bold),
+        Span::raw(format!(
+            "{}   policy {}   {} units   buyers: {} of {} arrived, {} still buying",
+            s.stage.name(),
+            s.policy,
+            thousands(s.units as f64),
+            thousands(s.arrived() as f64),
+            thousands(s.buyers as f64),
+            thousands(waiting as f64),
+        )),
+    ]);
+    let mut second = vec![Span::raw("coordinator: ")];
+    match &s.view {
+        Some(view) => {
+            let mode_colour = if view.mode == "CENTRAL" {
+                Color::Magenta
+            } else {
+                Color::Cyan
+            };
+            second.push(Span::raw("mode "));
+            second.push(Span::styled(view.mode.clone(), bold.fg(mode_colour)));
+            second.push(Span::raw(format!(
+                "   pool {}   in transit {}   ",
+                thousands(view.pool as f64),
+                thousands(view.in_transit as f64)
+            )));
+        }
+        None => second.push(Span::raw("no view yet   ")),
+    }
+    second.push(Span::raw("audit drift "));
+    second.push(match s.audit {
+        Some(audit) if audit.drift_total == 0 => Span::styled("0", bold.fg(Color::Green)),
+        Some(audit) => Span::styled(audit.drift_total.to_string(), bold.fg(Color::Red)),
+        None => Span::raw("?"),
+    });
+    Paragraph::new(vec![first, Line::from(second)]).block(Block::bordered().title(Span::styled(
+        " escrow: a flash sale in three regions ",
+        bold,
+    )))
+}
+
+fn total(s: &Snapshot) -> Gauge<'static> {
+    let held = s.held_units();
+    let ratio = (held as f64 / s.units.max(1) as f64).clamp(0.0, 1.0);
+    let answers = s.answers();
+    Gauge::default()
+        .block(Block::bordered().title(format!(
+            " all regions: HELD {}   SOLD_OUT {}   PAUSED {}   other {} ",
+            thousands(answers[Outcome::Held] as f64),
+            thousands(answers[Outcome::SoldOut] as f64),
+            thousands(answers[Outcome::Paused] as f64),
+            thousands(crate::live::other_answers(&answers) as f64),
+        )))
+        .gauge_style(Style::new().fg(Color::Green).bg(Color::Black))
+        .ratio(ratio)
+        .label(format!(
+            "{} of {} units held or sold",
+            thousands(held as f64),
+            thousands(s.units as f64)
+        ))
+}
+
+fn draw_region(frame: &mut Frame, r: &RegionLine, units: u64, area: Rect) {
+    let title = Line::from(vec![
+        Span::styled(
+            format!(" {} ", r.name),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(
+            "{:.0}% of buyers   {} units/s ",
+            r.share_percent,
+            thousands(r.rate_per_s.round())
+        )),
+    ]);
+    let block = Block::bordered().title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [bars, answers] =
+        Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(inner);
+    let bar_rows = Layout::vertical([Constraint::Length(1); 3]).split(bars);
+    let bar = |label: &str, value: i64, colour: Color| {
+        let ratio = (value as f64 / units.max(1) as f64).clamp(0.0, 1.0);
+        LineGauge::default()
+            .filled_style(Style::new().fg(colour))
+            .unfilled_style(Style::new().fg(Color::DarkGray))
+            .line_set(symbols::line::THICK)
+            .label(format!("{label:<9} {:>7}", thousands(value as f64)))
+            .ratio(ratio)
+    };
+    frame.render_widget(bar("available", r.available, Color::Cyan), bar_rows[0]);
+    frame.render_widget(bar("held", r.held, Color::Yellow), bar_rows[1]);
+    frame.render_widget(bar("sold", r.sold, Color::Green), bar_rows[2]);
+    let a = &r.buyers.answers;
+    let lines = vec![
+        Line::from(format!(
+            " HELD {:>7}  SOLD_OUT {:>6}",
+            thousands(a[Outcome::Held] as f64),
+            thousands(a[Outcome::SoldOut] as f64)
+        )),
+        Line::from(format!(
+            " PAUSED {:>5}  other {:>9}",
+            thousands(a[Outcome::Paused] as f64),
+            thousands(r.other_answers() as f64)
+        )),
+        Line::from(format!(
+            " paid {:>7}  buying {:>8}",
+            thousands(r.buyers.paid_units as f64),
+            thousands(r.buyers.arrived.saturating_sub(r.buyers.ended) as f64)
+        )),
+    ];
+    frame.render_widget(Paragraph::new(lines), answers);
+}

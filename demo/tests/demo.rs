@@ -1,0 +1,81 @@
+//! The demo as a user runs it, non-interactively: the `demo` binary on a
+//! small sale (200 units, 600 buyers over 3 s) with its default storage,
+//! a SQLite file per process in a fresh run directory. Only its output and
+//! exit status are read, as CI would: every unit sold once, nothing
+//! oversold, the audit without drift, the run directory kept. No
+//! PostgreSQL is needed.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::process::Command;
+
+use bench::process::Binaries;
+
+/// The services' packages the demo starts (built here in the test's
+/// profile, beside the `demo` binary).
+const PACKAGES: [&str; 3] = ["coordinator", "region-agent", "escrowctl"];
+
+/// The value of summary row `label` (`  label    value`), if printed.
+fn row<'a>(stdout: &'a str, label: &str) -> Option<&'a str> {
+    stdout.lines().find_map(|line| {
+        line.trim_start()
+            .strip_prefix(label)
+            .filter(|rest| rest.starts_with("  "))
+            .map(str::trim)
+    })
+}
+
+/// Goal: a whole demo run on SQLite ends with exit status 0, all 200 units
+/// sold (confirmed) exactly once, oversold 0 and audit drift 0 in the
+/// summary, plain progress lines on a non-terminal stdout, and the run
+/// directory holding every process's database and log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sale_sells_every_unit_once_on_sqlite() {
+    Binaries::build(&PACKAGES).await.unwrap();
+    let runs = std::env::temp_dir().join(format!("demo-test-runs-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .args(["--units", "200", "--buyers", "600", "--seconds", "3"])
+        .arg("--runs-dir")
+        .arg(&runs)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(output.status.success(), "{}: {context}", output.status);
+
+    assert!(
+        stdout.contains("demo: ok: 200 of 200 units sold, oversold 0, audit drift 0"),
+        "{context}"
+    );
+    let sold = row(&stdout, "sold").unwrap_or_default();
+    assert!(sold.starts_with("200 of 200 units"), "{context}");
+    assert!(sold.ends_with("0 still held, 0 free"), "{context}");
+    assert_eq!(row(&stdout, "oversold"), Some("0"), "{context}");
+    assert_eq!(row(&stdout, "audit drift"), Some("0"), "{context}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains(" selling ") && l.contains(" drift ")),
+        "plain progress lines: {context}"
+    );
+
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .next()
+        .unwrap();
+    for name in [
+        "coordinator",
+        "region-agent-eu",
+        "region-agent-us",
+        "region-agent-ap",
+    ] {
+        for extension in ["db", "log"] {
+            let file = run_dir.join(format!("{name}.{extension}"));
+            assert!(file.is_file(), "{} is kept: {context}", file.display());
+        }
+    }
+    std::fs::remove_dir_all(&runs).unwrap();
+}
