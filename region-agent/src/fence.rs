@@ -19,6 +19,9 @@ pub struct Fence {
 impl Fence {
     /// A lease just taken with `epoch`.
     pub fn new(epoch: Epoch) -> Self {
+        // Exported from the start, so a healthy process shows 0 and a
+        // missing series means a process that is not scraped.
+        metrics::gauge!("escrow_fenced").set(0.0);
         Self {
             epoch,
             fenced: AtomicBool::new(false),

@@ -28,6 +28,9 @@ pub const WATCH_WAIT_MS: u64 = 1_000;
 /// `sync_interval_ms`, and at once when an owner or the coordinator's
 /// notice asks for one.
 pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::Receiver<bool>) {
+    // The link starts down and the gauge moves only on a change: without
+    // this, an agent that never reaches the coordinator would export nothing.
+    metrics::gauge!("escrow_coordinator_down").set(if link.is_down() { 1.0 } else { 0.0 });
     let interval = Duration::from_millis(link.sync_interval_ms);
     tokio::spawn(watch_notices(
         link.clone(),
