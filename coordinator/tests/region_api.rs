@@ -1,7 +1,10 @@
 //! The region API driven by hand, without an agent, on both backends: an
 //! older agent process is fenced, an older report never overwrites a newer
 //! one, and a take applies once however often it is sent. These are the
-//! conditional writes each backend must judge the same way.
+//! conditional writes each backend must judge the same way. A request
+//! stuck behind a lock is answered 503 OVERLOADED (the coordinator's
+//! request timeout is shorter than the agents' client timeout) and
+//! commits nothing.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -14,6 +17,7 @@ use serde_json::{json, Value};
 coordinator_tests!(
     older_processes_are_fenced_and_older_reports_ignored,
     a_take_applies_once,
+    a_take_stuck_on_a_lock_is_answered_and_applies_once_later,
 );
 
 /// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
@@ -132,6 +136,53 @@ async fn a_take_applies_once(db: TestDb) {
         (&now["pool"], &now["in_transit"]),
         (&after["pool"], &after["in_transit"]),
         "a repeated take debits nothing"
+    );
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a take that cannot get its SKU's lock is abandoned at the
+/// coordinator's request timeout and answered 503 OVERLOADED with
+/// Retry-After, not left to the agent's client timeout; nothing of it
+/// committed; sent again once the lock is gone, it grants once.
+async fn a_take_stuck_on_a_lock_is_answered_and_applies_once_later(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let before = admin.admin_sku("acme", "drop").await;
+    let take = json!({"id": "t-stuck", "tenant": "acme", "sku": "drop", "units": 3});
+
+    let lock = db.lock_rows_of("skus").await;
+    let response = client()
+        .post(format!("{}/v1/regions/eu/take", coord.url))
+        .bearer_auth(region_token("eu"))
+        .json(&take)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let retry_after = response.headers().get("retry-after").cloned();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        (status, &body["outcome"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("OVERLOADED"))
+    );
+    assert_eq!(retry_after.unwrap(), "1");
+    lock.release().await;
+
+    let now = admin.admin_sku("acme", "drop").await;
+    assert_eq!(
+        (&now["pool"], &now["in_transit"]),
+        (&before["pool"], &before["in_transit"])
+    );
+    for _ in 0..2 {
+        let (status, body) = region_call(&coord, "eu", "take", take.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["grant"]["units"], 3);
+    }
+    let after = admin.admin_sku("acme", "drop").await;
+    assert_eq!(
+        after["pool"].as_u64().unwrap(),
+        before["pool"].as_u64().unwrap() - 3,
+        "granted once"
     );
     admin.assert_no_drift().await;
     coord.stop().await;

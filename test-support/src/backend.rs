@@ -253,18 +253,25 @@ impl TestDb {
         }
     }
 
-    /// A connection holding the write lock on every SKU's counters, so a
-    /// service's next commit waits until [`Locked::release`]. On
-    /// PostgreSQL the counter rows are locked `FOR UPDATE`; on SQLite the
-    /// file's one write lock is taken (`BEGIN IMMEDIATE`).
+    /// A connection holding the write lock on every SKU's counters (the
+    /// agent's `sku_stock`), so a service's next commit waits until
+    /// [`Locked::release`]; see [`Self::lock_rows_of`].
     pub async fn lock_writes(&self) -> Locked {
+        self.lock_rows_of("sku_stock").await
+    }
+
+    /// A connection holding the write lock on every row of `table`, so a
+    /// service's next write there waits until [`Locked::release`]. On
+    /// PostgreSQL the rows are locked `FOR UPDATE`; on SQLite the file's
+    /// one write lock is taken (`BEGIN IMMEDIATE`).
+    pub async fn lock_rows_of(&self, table: &str) -> Locked {
         match &self.pool {
             Pool::Postgres(pool) => {
                 let mut conn = PgConnection::connect_with(&pool.connect_options())
                     .await
                     .unwrap();
                 sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-                sqlx::query("SELECT 1 FROM sku_stock FOR UPDATE")
+                sqlx::query(&format!("SELECT 1 FROM {table} FOR UPDATE"))
                     .execute(&mut conn)
                     .await
                     .unwrap();

@@ -30,6 +30,11 @@ pub enum ApiError {
     /// An older agent process for a region that has a newer one.
     #[error("fenced")]
     Fenced,
+    /// More requests in flight than the coordinator serves at once, or a
+    /// request that ran past [`super::REQUEST_TIMEOUT`]: nothing of it
+    /// committed; the agent retries with the same ids.
+    #[error("overloaded")]
+    Overloaded,
     /// Logged, answered without details.
     #[error("internal: {0}")]
     Internal(String),
@@ -71,6 +76,11 @@ impl IntoResponse for ApiError {
                 json!({"outcome": "CONFLICT", "error": error}),
             ),
             ApiError::Fenced => (StatusCode::CONFLICT, json!({"outcome": "FENCED"})),
+            ApiError::Overloaded => {
+                let body = json!({"outcome": "OVERLOADED"});
+                let retry = [(axum::http::header::RETRY_AFTER, "1")];
+                return (StatusCode::SERVICE_UNAVAILABLE, retry, Json(body)).into_response();
+            }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
                 (

@@ -4,13 +4,39 @@ pub mod admin;
 pub mod error;
 pub mod region;
 
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::Router;
+use axum::{BoxError, Router};
+use tower::ServiceBuilder;
 
 use crate::AppState;
+use error::ApiError;
+
+/// Most requests the coordinator handles at once; beyond this a request is
+/// answered 503 OVERLOADED at once, before any work, so a storm of syncs
+/// and takes cannot queue without bound in front of the database pool.
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 512;
+
+/// Longest a request may run before it is abandoned (its transaction rolls
+/// back) and answered 503 OVERLOADED: shorter than the agents' 2 s client
+/// timeout, so an agent hears an answer rather than giving up on a request
+/// that may still commit, and longer than the longest held-open watch.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(1_800);
+
+async fn overloaded(error: BoxError) -> Response {
+    let reason = if error.is::<tower::timeout::error::Elapsed>() {
+        "timeout"
+    } else {
+        "overload"
+    };
+    metrics::counter!("coordinator_requests_shed_total", "reason" => reason).increment(1);
+    ApiError::Overloaded.into_response()
+}
 
 /// Largest request body accepted (sync requests of agents with many SKUs included).
 pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -55,5 +81,12 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(overloaded))
+                .load_shed()
+                .concurrency_limit(REQUESTS_IN_FLIGHT_MAX)
+                .timeout(REQUEST_TIMEOUT),
+        )
         .with_state(state)
 }
