@@ -2,27 +2,44 @@
 //! buyers) on a real coordinator and three real agents, under `central`
 //! and `tail-merge`. Only counts are asserted, never timings: every unit is
 //! held exactly once or still free, nothing is oversold, the audit shows
-//! no drift, and every buyer got a final answer. The benchmark itself is
+//! no drift, and every buyer got a final answer. It runs on PostgreSQL
+//! when `DATABASE_URL` names a server (as `scripts/test` sets it), else on
+//! SQLite files in a temporary directory. The benchmark itself is
 //! `cargo run --release -p bench -- tail`.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bench::outcome::Outcome;
 use bench::process::{Binaries, CLUSTER_PACKAGES};
-use bench::tail::cluster::{ClusterFlags, Logs, Storage};
+use bench::tail::cluster::{Backend, ClusterFlags, Logs, Storage};
 use bench::tail::shape::Shape;
 use bench::tail::{run_policy, TailSettings};
 
 const UNITS: u64 = 60;
 const BUYERS: u64 = 200;
 
-fn settings(binaries: Binaries) -> TailSettings {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+/// Scratch PostgreSQL databases if a server is named, else SQLite files in
+/// a fresh directory for `policy`'s run (returned, to remove after).
+fn storage(policy: &str) -> (Storage, Option<PathBuf>) {
+    if let Ok(server) = std::env::var("DATABASE_URL") {
+        return (Storage::scratch(&server), None);
+    }
+    let dir = std::env::temp_dir().join(format!("bench-tail-test-{}-{policy}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let storage = Storage {
+        coordinator: Backend::Sqlite(dir.clone()),
+        agents: Backend::Sqlite(dir.clone()),
+        drop_postgres: false,
+    };
+    (storage, Some(dir))
+}
+
+fn settings(binaries: Binaries, storage: Storage) -> TailSettings {
     TailSettings {
-        storage: Storage::scratch(&server),
+        storage,
         logs: Logs::Stderr,
         binaries,
         in_flight: 100,
@@ -45,7 +62,6 @@ async fn tail_sale_counts_add_up() {
     Binaries::build(&CLUSTER_PACKAGES).await.unwrap();
     let binaries = Binaries::locate(None).unwrap();
     binaries.check_cluster().unwrap();
-    let settings = settings(binaries);
     let mut shape = Shape::preset("skewed-701").unwrap();
     shape.units = UNITS;
     shape.buyers = BUYERS;
@@ -53,6 +69,8 @@ async fn tail_sale_counts_add_up() {
     let sale = shape.sale().unwrap();
 
     for policy in ["central", "tail-merge"] {
+        let (storage, dir) = storage(policy);
+        let settings = settings(binaries.clone(), storage);
         let run = run_policy(&settings, &sale, policy).await.unwrap();
         let s = &run.stats;
         assert!(s.problems().is_empty(), "{policy}: {:?}", s.problems());
@@ -78,5 +96,8 @@ async fn tail_sale_counts_add_up() {
         // A browser stops at its first SOLD_OUT.
         assert_eq!(s.answers[Outcome::SoldOut], s.sold_out_buyers, "{policy}");
         assert!(s.requests() >= BUYERS, "{policy}");
+        if let Some(dir) = dir {
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 }
