@@ -93,11 +93,15 @@ impl CoordinatorClient for Scripted {
     }
 }
 
+test_support::postgres_only!(
+    migrator: region_agent::store::postgres::MIGRATOR;
+    a_full_queue_never_drops_a_directive,
+);
+
 /// Goal: with the SKU's buyer queue full (its owner stuck on a locked row),
 /// a recall and a switch to central mode sent in ONE sync, never repeated,
 /// still reach the owner and are committed once the row is free; every
 /// buyer gets a definite answer and the counters equal the rows.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
 async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
     let coordinator = Arc::new(Scripted::default());
     *coordinator.standing.lock().unwrap() = Some(directive(Mode::Escrow, 0));

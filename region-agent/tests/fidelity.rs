@@ -142,11 +142,15 @@ impl Pair {
     }
 }
 
+test_support::postgres_only!(
+    migrator: region_agent::store::postgres::MIGRATOR;
+    one_stream_gives_the_same_decisions_over_both_databases,
+);
+
 /// Goal: 400 steps of a recorded stream (reserves, confirms, releases,
 /// extends, clock moves past expiries, takes, recalls and grants) give the
 /// same decisions, database verdicts and answers over PostgreSQL as over
 /// the simulator's database, and both databases end with the same rows.
-#[sqlx::test(migrator = "region_agent::store::postgres::MIGRATOR")]
 async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
     let store = PgStore::new(pool.clone());
     let epoch = store
