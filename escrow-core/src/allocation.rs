@@ -543,7 +543,7 @@ impl Allocation {
         let granted_ever = r.leased + r.returned + r.in_transit();
         let unseen =
             granted_ever.saturating_sub(req.received) + req.returned.saturating_sub(r.returned);
-        let decision = decide_take(&self.policy_view(), region, req.units, unseen);
+        let decision = decide_take(&self.policy_view(), region, req.units, req.prefetch, unseen);
         let grant = (decision.granted > 0).then(|| {
             self.grant(region, req.id.clone(), decision.granted);
             self.transfer(&req.id, decision.granted)
@@ -825,6 +825,7 @@ mod tests {
                 tenant: "t".into(),
                 sku: "s".into(),
                 units,
+                prefetch: 0,
                 received: 0,
                 returned: 0,
             };
@@ -978,7 +979,7 @@ mod tests {
                             ),
                             _ => (format!("t-{}", takes.len()), TakeHistory::Unused),
                         };
-                        let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units), received: 0, returned: 0 };
+                        let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units), prefetch: 0, received: 0, returned: 0 };
                         match a.take(r, &req, history, policy.as_ref(), &mut next_id) {
                             Ok(out) => {
                                 prop_assert!(out.granted <= before.pool.min(u64::from(units)));

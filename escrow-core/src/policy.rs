@@ -205,27 +205,38 @@ impl RefillSettings {
         split_by_weight(total - reserve.min(total), weights)
     }
 
-    /// Grants from the pool to every region below its low-water mark, most
-    /// starved first, each up to its target, while the pool lasts.
+    /// Grants from the pool to every region below its low-water mark, each
+    /// up to its target; when the pool cannot cover them all, it is shared
+    /// in proportion to what each lacks (the busiest region does not take
+    /// it all while a quieter one's buyers wait too). Returns the grants and
+    /// what is left in the pool.
     fn refills(&self, sku: &SkuState) -> (Vec<(usize, u64)>, u64) {
-        let mut pool = sku.pool;
-        let mut needy: Vec<(usize, u64)> = sku
+        let needy: Vec<(usize, u64)> = sku
             .regions
             .iter()
             .enumerate()
             .filter(|(_, r)| r.weight > 0 && r.on_hand() < self.low_water(r))
             .map(|(i, r)| (i, self.target(r).saturating_sub(r.on_hand())))
+            .filter(|(_, want)| *want > 0)
             .collect();
-        needy.sort_by_key(|(i, want)| (std::cmp::Reverse(*want), *i));
-        let mut grants = Vec::new();
-        for (i, want) in needy {
-            let units = want.min(pool);
-            if units > 0 {
-                pool -= units;
-                grants.push((i, units));
-            }
-        }
-        (grants, pool)
+        let wanted: u64 = needy.iter().map(|(_, want)| want).sum();
+        let units: Vec<u64> = if wanted <= sku.pool {
+            needy.iter().map(|(_, want)| *want).collect()
+        } else {
+            let weights: Vec<u32> = needy
+                .iter()
+                .map(|(_, want)| u32::try_from(*want).unwrap_or(u32::MAX))
+                .collect();
+            split_by_weight(sku.pool, &weights)
+        };
+        let grants: Vec<(usize, u64)> = needy
+            .iter()
+            .zip(units)
+            .filter(|(_, units)| *units > 0)
+            .map(|((i, _), units)| (*i, units))
+            .collect();
+        let granted: u64 = grants.iter().map(|(_, units)| units).sum();
+        (grants, sku.pool - granted)
     }
 }
 
@@ -319,10 +330,18 @@ pub struct TailMergeSettings {
     pub merge_units: u64,
     /// ...or at most this share of the total, whichever is larger...
     pub merge_fraction: f64,
-    /// ...or at most what all regions together sell in this many ms at
-    /// their recent rates: a tail that would be gone within a few round
-    /// trips sells from one counter, so no unit waits in a quiet region.
+    /// ...or at most what all regions together sell at their recent rates
+    /// in this many ms...
     pub merge_horizon_ms: u64,
+    /// ...plus this many round trips of the farthest region: a tail that
+    /// would be gone before units could move sells from one counter, so no
+    /// unit waits in a quiet region while buyers elsewhere want it.
+    #[serde(default = "default_merge_round_trips")]
+    pub merge_round_trips: u64,
+}
+
+fn default_merge_round_trips() -> u64 {
+    TailMergeSettings::default().merge_round_trips
 }
 
 impl Default for TailMergeSettings {
@@ -331,16 +350,17 @@ impl Default for TailMergeSettings {
             refill: RefillSettings::default(),
             merge_units: 20,
             merge_fraction: 0.02,
-            merge_horizon_ms: 500,
+            merge_horizon_ms: 0,
+            merge_round_trips: 3,
         }
     }
 }
 
 /// Our policy: refill on low water; as soon as the pool is empty and a
-/// region is short, recall every region's free units beyond its
-/// rate-weighted share of the remainder (so units follow demand in one
-/// move, not a trickle); and merge the tail into central mode once what is
-/// left would sell within a few round trips.
+/// region is short, recall every region's free units beyond its share of
+/// the remainder by demand (so units follow demand in one move, not a
+/// trickle); and merge the tail into central mode once what is left would
+/// sell within a few round trips.
 #[derive(Debug, Clone, Default)]
 pub struct TailMerge {
     /// Settings.
@@ -351,7 +371,10 @@ impl TailMerge {
     /// The remainder at or below which the tail is merged.
     pub fn threshold(&self, sku: &SkuState) -> u64 {
         let rate: f64 = sku.regions.iter().map(|r| r.sale_rate_per_s).sum();
-        let horizon = (rate * self.settings.merge_horizon_ms as f64 / 1_000.0).ceil() as u64;
+        let rtt_ms = sku.regions.iter().map(|r| r.rtt_ms).max().unwrap_or(0);
+        let horizon_ms =
+            self.settings.merge_horizon_ms + self.settings.merge_round_trips.saturating_mul(rtt_ms);
+        let horizon = (rate * horizon_ms as f64 / 1_000.0).ceil() as u64;
         self.settings
             .merge_units
             .max((sku.total as f64 * self.settings.merge_fraction).ceil() as u64)
@@ -398,22 +421,26 @@ fn demand_milli(r: &RegionState) -> u32 {
     }
 }
 
-/// Recalls that leave each region its share of the remainder in
-/// proportion to its recent sale rate (by weight before any rate is
-/// known; a region keeps at least `min_units`): what the quiet regions hold
-/// beyond their own near-term demand goes where the buyers are.
-pub fn rate_weighted_recalls(sku: &SkuState, min_units: u64) -> Vec<(usize, u64)> {
+/// Each region's share of the remainder in proportion to its recent
+/// demand (by weight before any region has reported a rate).
+fn demand_shares(sku: &SkuState) -> Vec<u64> {
     let demand: Vec<u32> = sku.regions.iter().map(demand_milli).collect();
-    // Before any region has reported a rate, the weights are the best guess.
     let demand = if demand.iter().all(|d| *d == 0) {
         sku.regions.iter().map(|r| r.weight).collect()
     } else {
         demand
     };
-    let shares = split_by_weight(sku.remainder(), &demand);
+    split_by_weight(sku.remainder(), &demand)
+}
+
+/// Recalls that leave each region its share of the remainder in
+/// proportion to its recent sale rate (by weight before any rate is
+/// known; a region keeps at least `min_units`): what the quiet regions hold
+/// beyond their own near-term demand goes where the buyers are.
+pub fn rate_weighted_recalls(sku: &SkuState, min_units: u64) -> Vec<(usize, u64)> {
     sku.regions
         .iter()
-        .zip(shares)
+        .zip(demand_shares(sku))
         .enumerate()
         .filter_map(|(i, (r, share))| {
             let keep = if r.weight == 0 {
@@ -482,9 +509,12 @@ pub struct TakeDecision {
     pub exhausted: bool,
 }
 
-/// Decides a synchronous take of `units` for region `asking`: grant what
-/// the pool has (up to `units`); report exhaustion only when nothing is
-/// free anywhere after the grant.
+/// Decides a synchronous take of `units` for region `asking`, plus up to
+/// `prefetch` units for its next buyers: grant what the pool has of
+/// `units`, and of `prefetch` no more than brings the region to its share
+/// of the remainder by recent demand (so a busy region's prefetch does not
+/// drain the pool that other short regions wait on); report exhaustion only
+/// when nothing is free anywhere after the grant.
 ///
 /// Every other region's last report and grants in transit count. The
 /// asking region speaks for itself: it asks because what it has is not
@@ -493,9 +523,18 @@ pub struct TakeDecision {
 /// from the take's own counters). Counting its stale report or the grants
 /// it already sold from would call units free that are gone, and send its
 /// buyers away to wait for nothing.
-pub fn decide_take(sku: &SkuState, asking: usize, units: u64, asker_unseen: u64) -> TakeDecision {
+pub fn decide_take(
+    sku: &SkuState,
+    asking: usize,
+    units: u64,
+    prefetch: u64,
+    asker_unseen: u64,
+) -> TakeDecision {
     assert!(asking < sku.regions.len(), "the asking region takes part");
-    let granted = units.min(sku.pool);
+    let for_buyers = units.min(sku.pool);
+    let room =
+        demand_shares(sku)[asking].saturating_sub(sku.regions[asking].on_hand() + for_buyers);
+    let granted = for_buyers + prefetch.min(sku.pool - for_buyers).min(room);
     let others: u64 = sku
         .regions
         .iter()
@@ -506,7 +545,7 @@ pub fn decide_take(sku: &SkuState, asking: usize, units: u64, asker_unseen: u64)
     let elsewhere = others + asker_unseen;
     TakeDecision {
         granted,
-        exhausted: granted < units && sku.pool == granted && elsewhere == 0,
+        exhausted: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,
     }
 }
 
@@ -630,14 +669,14 @@ mod tests {
             regions: vec![region(1, 0, 0.0), region(1, 0, 0.0)],
         };
         assert_eq!(
-            decide_take(&sku, 0, 1, 0),
+            decide_take(&sku, 0, 1, 0, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: false
             }
         );
         assert_eq!(
-            decide_take(&sku, 0, 2, 0),
+            decide_take(&sku, 0, 2, 0, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: true
@@ -646,16 +685,16 @@ mod tests {
         sku.regions[0].available = 3;
         sku.regions[0].in_transit = 3;
         assert!(
-            decide_take(&sku, 0, 2, 0).exhausted,
+            decide_take(&sku, 0, 2, 0, 0).exhausted,
             "the asker's own stale report and credited grants are not free"
         );
         assert!(
-            !decide_take(&sku, 0, 2, 1).exhausted,
+            !decide_take(&sku, 0, 2, 0, 1).exhausted,
             "a grant the asker has not credited yet is"
         );
         sku.regions[1].available = 1;
         assert_eq!(
-            decide_take(&sku, 0, 2, 0),
+            decide_take(&sku, 0, 2, 0, 0),
             TakeDecision {
                 granted: 1,
                 exhausted: false
@@ -665,12 +704,35 @@ mod tests {
         sku.regions[1].available = 0;
         sku.regions[1].in_transit = 1;
         assert_eq!(
-            decide_take(&sku, 0, 1, 0),
+            decide_take(&sku, 0, 1, 0, 0),
             TakeDecision {
                 granted: 0,
                 exhausted: false
             }
         );
+    }
+
+    /// Goal: a take gets what its buyers need from the pool, and a prefetch
+    /// only up to its share of the remainder by demand.
+    #[test]
+    fn prefetch_stops_at_the_share_by_demand() {
+        let sku = SkuState {
+            total: 100,
+            pool: 40,
+            mode: Mode::Escrow,
+            // Remainder 40 + 10 + 50 = 100, shared 60 / 40 by demand.
+            regions: vec![region(1, 10, 60.0), region(1, 50, 40.0)],
+        };
+        let granted = |units, prefetch| decide_take(&sku, 0, units, prefetch, 0).granted;
+        assert_eq!(granted(5, 100), 40, "share 60, on hand 10: room for 50");
+        let sku = SkuState { pool: 80, ..sku };
+        // Remainder 140: region 0's share is 84, it has 10.
+        let granted = |units, prefetch| decide_take(&sku, 0, units, prefetch, 0).granted;
+        assert_eq!(granted(5, 100), 74);
+        assert_eq!(granted(5, 10), 15);
+        assert_eq!(granted(80, 100), 80, "what buyers wait for is not capped");
+        let greedy = |units, prefetch| decide_take(&sku, 1, units, prefetch, 0).granted;
+        assert_eq!(greedy(1, 100), 6, "share 56, on hand 50");
     }
 
     /// Goal: returns follow recalls in escrow mode and empty the region in

@@ -16,6 +16,9 @@ use crate::policy::{
     TailMerge, TailMergeSettings,
 };
 
+/// Most round trips a merge horizon may count.
+const ROUND_TRIPS_MAX: u64 = 100;
+
 /// Longest sync interval or merge horizon a setting may name, ms.
 const INTERVAL_MS_MAX: u64 = 60_000;
 
@@ -171,6 +174,10 @@ impl PolicyChoice {
                 .or_else(|| {
                     (tail.merge_horizon_ms > INTERVAL_MS_MAX)
                         .then(|| format!("merge_horizon_ms must be at most {INTERVAL_MS_MAX}"))
+                })
+                .or_else(|| {
+                    (tail.merge_round_trips > ROUND_TRIPS_MAX)
+                        .then(|| format!("merge_round_trips must be at most {ROUND_TRIPS_MAX}"))
                 }),
         };
         why.map_or(Ok(()), |why| Err(ChoiceError::BadValue { policy, why }))

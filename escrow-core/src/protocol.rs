@@ -147,8 +147,12 @@ pub struct TakeRequest {
     pub tenant: String,
     /// The SKU.
     pub sku: String,
-    /// Units wanted, at least 1.
+    /// Units its waiting buyers need, at least 1.
     pub units: u64,
+    /// Units wanted beyond `units` for the region's next buyers; the
+    /// coordinator grants them only up to the region's share by demand.
+    #[serde(default)]
+    pub prefetch: u64,
     /// Units the region has credited from grants, cumulative, as of the
     /// take (its ledger's `received`); 0 from an agent that does not say.
     #[serde(default)]

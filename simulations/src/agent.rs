@@ -225,8 +225,6 @@ pub struct Agent {
     /// When a [`Timer::Wake`] is scheduled, ms since the epoch.
     wake_at_ms: Option<u64>,
     take_call: Option<u64>,
-    /// Units the take in flight asked for.
-    take_units: Option<u64>,
     call_seq: u64,
     sync_call: Option<(u64, u64)>,
     /// Which scheduled [`Timer::SyncTick`] is the live one.
@@ -270,7 +268,6 @@ impl Agent {
             committing: None,
             wake_at_ms: None,
             take_call: None,
-            take_units: None,
             call_seq: 0,
             sync_call: None,
             sync_gen: 0,
@@ -429,6 +426,9 @@ impl Agent {
     fn pump(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         loop {
             self.deliver(now_us, out);
+            if self.owner.take_sync_due() {
+                self.request_sync(now_us, out);
+            }
             match self.owner.poll_io() {
                 Some(Io::Read(keys)) => {
                     let rows: Vec<Reservation> = keys
@@ -516,7 +516,6 @@ impl Agent {
         let call = self.call_seq;
         self.stats.takes += 1;
         self.take_call = Some(call);
-        self.take_units = Some(request.units);
         self.send(now_us, call, Payload::Take(request), out);
         out.push(self.timer(now_us + self.client_timeout_us(), Timer::TakeTimeout(call)));
     }
@@ -534,12 +533,7 @@ impl Agent {
         }
         self.take_call = None;
         self.link_down = false;
-        let asked = self.take_units.take().unwrap_or(0);
-        let short = !resp.exhausted && resp.grant.as_ref().map_or(0, |g| g.units) < asked;
         self.owner.handle_take_answer(Some(resp.clone()));
-        if short {
-            self.request_sync(now_us, out);
-        }
         self.pump(now_us, out);
     }
 
@@ -548,7 +542,6 @@ impl Agent {
             return;
         }
         self.take_call = None;
-        self.take_units = None;
         self.link_down = true;
         self.owner.handle_take_answer(None);
         self.pump(now_us, out);
@@ -572,11 +565,7 @@ impl Agent {
         self.stats.commits += 1;
         let outcome = self.db.commit(&batch);
         self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
-        let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
         self.owner.handle_commit_result(batch, Ok(outcome));
-        if moved {
-            self.request_sync(now_us, out);
-        }
         self.pump(now_us, out);
     }
 
@@ -703,7 +692,6 @@ impl Agent {
         self.committing = None;
         self.wake_at_ms = None;
         self.take_call = None;
-        self.take_units = None;
         self.sync_call = None;
         self.sync_again = false;
         self.link_down = true;

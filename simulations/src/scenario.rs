@@ -394,8 +394,10 @@ pub struct TailMergeConfig {
     pub merge_units: u64,
     /// ...or at most this share of the total...
     pub merge_fraction: f64,
-    /// ...or at most what the regions sell in this many ms.
+    /// ...or at most what the regions sell in this many ms...
     pub merge_horizon_ms: u64,
+    /// ...plus this many round trips of the farthest region.
+    pub merge_round_trips: u64,
 }
 
 impl Default for TailMergeConfig {
@@ -406,6 +408,7 @@ impl Default for TailMergeConfig {
             merge_units: d.merge_units,
             merge_fraction: d.merge_fraction,
             merge_horizon_ms: d.merge_horizon_ms,
+            merge_round_trips: d.merge_round_trips,
         }
     }
 }
@@ -418,6 +421,7 @@ impl TailMergeConfig {
             merge_units: self.merge_units,
             merge_fraction: self.merge_fraction,
             merge_horizon_ms: self.merge_horizon_ms,
+            merge_round_trips: self.merge_round_trips,
         }
     }
 }

@@ -169,6 +169,7 @@ pub fn case(seed: u64) -> SwarmCase {
             merge_units: g.range(0, 50),
             merge_fraction: g.range_f64(0.0, 0.3),
             merge_horizon_ms: g.range(0, 2_000),
+            merge_round_trips: g.range(0, 10),
         },
     };
     let policy = pick(&mut g, &POLICY_NAMES);

@@ -47,7 +47,8 @@ pub use messages::{
 /// How often an idle owner wakes to sweep expired holds and return units.
 pub const SWEEP_INTERVAL_MS: u64 = 250;
 
-/// Half-life of the owner's sale-rate meter (what the policy sees as demand).
+/// Half-life of the owner's demand meter (units asked for per second: what
+/// the policy shares the remainder by, and what a take prefetches).
 pub const RATE_HALF_LIFE_MS: u64 = 2_000;
 
 /// What an owner needs to know about where it runs.
@@ -190,6 +191,8 @@ pub struct SkuOwner {
     pending_changes: Vec<StockChange>,
     rate: RateMeter,
     rate_per_s: f64,
+    /// The coordinator should hear from this region now: see [`Self::take_sync_due`].
+    sync_due: bool,
     /// Since when this region has had free units.
     free_since_ms: Option<u64>,
     next_sweep_ms: u64,
@@ -228,6 +231,7 @@ impl SkuOwner {
             pending_changes: Vec::new(),
             rate: RateMeter::new(now_ms, RATE_HALF_LIFE_MS),
             rate_per_s: 0.0,
+            sync_due: false,
             free_since_ms: None,
             next_sweep_ms: 0,
             next_tick_ms: now_ms + SWEEP_INTERVAL_MS,
@@ -288,6 +292,16 @@ impl SkuOwner {
     /// Units held per second, as of the last commit.
     pub fn sale_rate_per_s(&self) -> f64 {
         self.rate_per_s
+    }
+
+    /// Whether the driver should sync with the coordinator now instead of
+    /// at its next interval (cleared by the call): demand just began here
+    /// (the coordinator shares the remainder by every region's demand, and
+    /// an old report says 0), buyers wait for units from elsewhere, or units
+    /// arrived or left (acks free the coordinator's outbox; returned units
+    /// are free for others only once it has them).
+    pub fn take_sync_due(&mut self) -> bool {
+        std::mem::take(&mut self.sync_due)
     }
     /// No batch in progress: the owner takes commands.
     pub fn is_idle(&self) -> bool {
@@ -395,6 +409,7 @@ impl SkuOwner {
         let mut work = Work::new(self.tenant.clone(), self.sku.clone(), now_ms);
         let mut reserves: Vec<PendingReserve> = self.parked.drain(..).collect();
         reserves.extend(self.overflow.drain(..));
+        let mut asked = 0;
         for command in commands {
             match command {
                 Command::Reserve {
@@ -402,11 +417,16 @@ impl SkuOwner {
                     request,
                     deadline,
                     known,
-                } => reserves.push(PendingReserve {
-                    ticket,
-                    request,
-                    deadline,
-                    known,
+                } => reserves.push({
+                    if !known {
+                        asked += request.qty.units();
+                    }
+                    PendingReserve {
+                        ticket,
+                        request,
+                        deadline,
+                        known,
+                    }
                 }),
                 Command::Act {
                     ticket,
@@ -427,6 +447,11 @@ impl SkuOwner {
                 Command::Admin { ticket, change } => work.admins.push_back((ticket, change)),
             }
         }
+        // Demand, not sales: a region starved of units still wants them.
+        let was_quiet = self.rate_per_s == 0.0;
+        self.rate.record(now_ms, asked);
+        self.rate_per_s = self.rate.rate_per_s(now_ms);
+        self.sync_due |= was_quiet && self.rate_per_s > 0.0;
         for p in reserves {
             if p.deadline.passed(now_ms) {
                 self.reply(p.ticket, Reply::Reserve(ReserveReply::WaitTimeout));
@@ -553,6 +578,11 @@ impl SkuOwner {
             if resp.exhausted {
                 self.sold_out_everywhere = true;
                 work.take = TakeEnd::Exhausted;
+            } else {
+                let quantities = quantities(&work);
+                let needed: u64 = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
+                // Buyers wait for units elsewhere: report the demand now.
+                self.sync_due |= work.granted < needed;
             }
             if work.granted > 0 {
                 work.plan = plan_reserves(self.ledger.available + work.granted, &quantities(&work));
@@ -585,6 +615,7 @@ impl SkuOwner {
             },
             Phase::Committing(mut work) => match result {
                 Ok(outcome) => {
+                    self.sync_due |= !batch.returns.is_empty() || !batch.grants.is_empty();
                     work.batch = batch;
                     self.committed(work, outcome)
                 }
@@ -696,13 +727,13 @@ impl SkuOwner {
                 Mode::Escrow => (self.rate_per_s * TAKE_PREFETCH_MS as f64 / 1_000.0).ceil() as u64,
                 Mode::Central => 0,
             };
-            let units = wanted + prefetch;
             let id = self.next_transfer_id("t");
             self.io = Some(Io::Take(TakeRequest {
                 id,
                 tenant: self.tenant.to_string(),
                 sku: self.sku.to_string(),
-                units,
+                units: wanted,
+                prefetch,
                 received: self.ledger.received,
                 returned: self.ledger.returned,
             }));
@@ -830,15 +861,12 @@ impl SkuOwner {
                 .expect("the store credits only grants of this batch");
             self.ledger.receive(grant.units);
         }
-        let mut held_units = 0;
         for (hold, inserted) in work.batch.holds.iter().zip(&outcome.inserted) {
             if *inserted {
                 let moved = self.ledger.hold(hold.qty.units());
                 self.check(moved);
-                held_units += hold.qty.units();
             }
         }
-        self.rate.record(now_ms, held_units);
         self.rate_per_s = self.rate.rate_per_s(now_ms);
         for ret in &work.batch.returns {
             let moved = self.ledger.return_units(ret.units);

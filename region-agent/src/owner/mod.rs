@@ -301,6 +301,9 @@ impl Driver {
         self.took = false;
         loop {
             self.deliver();
+            if self.owner.take_sync_due() {
+                self.request_sync();
+            }
             let Some(io) = self.owner.poll_io() else {
                 break;
             };
@@ -311,26 +314,12 @@ impl Driver {
                 }
                 Io::Take(request) => {
                     let answer = self.take(&request).await;
-                    let short = answer.as_ref().is_some_and(|a| {
-                        !a.exhausted && a.grant.as_ref().map_or(0, |g| g.units) < request.units
-                    });
                     self.took = true;
                     self.owner.handle_take_answer(answer);
-                    if short {
-                        // Buyers wait for units elsewhere: report the demand now.
-                        self.request_sync();
-                    }
                 }
                 Io::Commit(batch) => {
                     let (batch, result) = self.commit(batch).await;
-                    let moved = !batch.returns.is_empty() || !batch.grants.is_empty();
-                    let committed = result.is_ok();
                     self.owner.handle_commit_result(batch, result);
-                    if committed && moved {
-                        // Returned units are free for others only once the
-                        // coordinator has them; acks free its outbox.
-                        self.request_sync();
-                    }
                 }
                 Io::Reload => {
                     let record = self.reload().await;
