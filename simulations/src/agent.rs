@@ -147,6 +147,21 @@ pub enum Effect {
         /// The message.
         envelope: Envelope,
     },
+    /// A commit: `cpu_us` of work on the agent's CPU (shared by every agent
+    /// when the scenario puts them on one machine), then `wait_us` for the
+    /// flush; then [`Timer::CommitDone`].
+    Commit {
+        /// Which agent.
+        region: usize,
+        /// Its incarnation.
+        epoch: u32,
+        /// When the work is ready to run.
+        from_us: u64,
+        /// CPU time the commit's rows take.
+        cpu_us: u64,
+        /// The flush after the work.
+        wait_us: u64,
+    },
     /// Wake the agent.
     Timer {
         /// Which agent.
@@ -441,9 +456,14 @@ impl Agent {
                 Some(Io::Take(request)) => return self.send_take(now_us, request, out),
                 Some(Io::Commit(batch)) => {
                     let rows = (batch.holds.len() + batch.transitions.len()) as u64;
-                    let took_us = self.cfg.commit_us + rows * self.cfg.commit_row_us;
                     self.committing = Some(batch);
-                    return out.push(self.timer(now_us + took_us, Timer::CommitDone));
+                    return out.push(Effect::Commit {
+                        region: self.index,
+                        epoch: self.epoch,
+                        from_us: now_us,
+                        cpu_us: rows * self.cfg.commit_row_us,
+                        wait_us: self.cfg.commit_us,
+                    });
                 }
                 Some(Io::Reload) => {
                     let record = self.db.record();

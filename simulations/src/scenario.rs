@@ -34,6 +34,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "tail-five-10k",
         include_str!("../scenarios/tail-five-10k.toml"),
     ),
+    ("tail-20x", include_str!("../scenarios/tail-20x.toml")),
 ];
 
 /// Why a scenario could not be used.
@@ -238,6 +239,11 @@ pub struct AgentConfig {
     pub commit_row_us: u64,
     /// An answer given before the queue (the gate: sold-out flag, full queue).
     pub gate_us: u64,
+    /// Every agent runs on one machine (as `bench tail` runs them on
+    /// loopback): the per-row work of their commits (`commit_row_us`)
+    /// queues for that machine's CPU, one commit's rows at a time, instead
+    /// of each agent having its own.
+    pub one_machine: bool,
     /// Most requests in one batch (`--max-in-flight`).
     pub max_in_flight: usize,
     /// Most commands waiting in the owner's queue (`--max-waiting`).
@@ -254,6 +260,7 @@ impl Default for AgentConfig {
             commit_us: 2_000,
             commit_row_us: 50,
             gate_us: 50,
+            one_machine: false,
             max_in_flight: 256,
             max_waiting: 4_096,
             wait_timeout_ms: 2_000,

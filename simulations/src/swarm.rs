@@ -209,6 +209,7 @@ pub fn case(seed: u64) -> SwarmCase {
             commit_us: g.range(100, 5_000),
             commit_row_us: g.range(0, 200),
             gate_us: g.range(10, 100),
+            one_machine: g.chance(0.5),
             max_in_flight: g.range(1, 64) as usize,
             max_waiting: g.range(1, 300) as usize,
             wait_timeout_ms: g.range(20, 2_000),

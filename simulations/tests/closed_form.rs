@@ -93,3 +93,46 @@ fn one_counter_sells_out_when_demand_has_taken_the_total() {
     within_3_percent("buyers turned away", m.buyers_turned_away as f64, 5_000.0);
     assert_eq!(m.oversold_units, 0);
 }
+
+/// Goal: agents on one machine share its CPU. Four regions selling 8,000
+/// units from one counter (`central`), 32,000 buyers at a flat 8,000 per
+/// second split evenly, and each hold costs 200 µs of CPU in its commit.
+/// On separate machines each region's CPU could hold 5,000 per second, so
+/// demand sets the pace: 8,000 / 8,000 = 1.0 s. On one machine the CPU
+/// holds at most 1 / 200 µs = 5,000 units per second for all four, so the
+/// units last 8,000 / 5,000 = 1.6 s.
+#[test]
+fn one_machine_sells_at_its_cpu_rate() {
+    let mut s = uneven_static_split();
+    s.name = "one-machine".into();
+    s.sku.total = 8_000;
+    let region = s.regions[0].clone();
+    s.regions = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|name| simulations::scenario::RegionConfig {
+            name: name.into(),
+            demand: 1.0,
+            ..region.clone()
+        })
+        .collect();
+    s.demand.buyers = 32_000;
+    s.demand.duration_s = 4.0;
+    s.agent.commit_us = 1_000;
+    s.agent.commit_row_us = 200;
+    s.validate().unwrap();
+    let apart = run(&s, "central", 1, None).unwrap().metrics;
+    within_3_percent(
+        "sell-out apart (s)",
+        apart.sell_out_ms.unwrap() / 1_000.0,
+        1.0,
+    );
+    s.agent.one_machine = true;
+    let shared = run(&s, "central", 1, None).unwrap().metrics;
+    within_3_percent(
+        "sell-out on one machine (s)",
+        shared.sell_out_ms.unwrap() / 1_000.0,
+        1.6,
+    );
+    assert_eq!(shared.sold_units, 8_000);
+    assert_eq!(shared.oversold_units, 0);
+}

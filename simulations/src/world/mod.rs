@@ -134,6 +134,9 @@ pub struct World {
     agent_down: Vec<u32>,
     sold_triggers: bool,
     effects: Vec<Effect>,
+    /// When the machine's CPU is next free for a commit's rows, µs (used
+    /// when the agents share one machine).
+    machine_free_at_us: u64,
     arrived: u64,
     pending_buyers: u64,
     sold_to_buyers: u64,
@@ -210,6 +213,7 @@ impl World {
             faults,
             agent_down: vec![0; s.regions.len()],
             effects: Vec::new(),
+            machine_free_at_us: 0,
             arrived: 0,
             pending_buyers: 0,
             sold_to_buyers: 0,
@@ -389,6 +393,27 @@ impl World {
                     ..
                 } => self.on_acted(buyer, action, reply),
                 Effect::Send { at_us, envelope } => self.send(at_us, envelope),
+                Effect::Commit {
+                    region,
+                    epoch,
+                    from_us,
+                    cpu_us,
+                    wait_us,
+                } => {
+                    let mut start_us = from_us;
+                    if self.scenario.agent.one_machine {
+                        start_us = start_us.max(self.machine_free_at_us);
+                        self.machine_free_at_us = start_us + cpu_us;
+                    }
+                    self.queue.push(
+                        start_us + cpu_us + wait_us,
+                        Event::Agent {
+                            region,
+                            epoch,
+                            timer: Timer::CommitDone,
+                        },
+                    );
+                }
                 Effect::Timer {
                     region,
                     epoch,
