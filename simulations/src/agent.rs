@@ -115,6 +115,8 @@ pub enum Timer {
     SyncTimeout(u64),
     /// A take call got no answer within the client timeout.
     TakeTimeout(u64),
+    /// A take call got no answer before its buyers' deadline.
+    TakeDeadline(u64),
 }
 
 /// What an agent asks the world to do.
@@ -433,7 +435,8 @@ impl Agent {
                     self.sync_failed(now_us, out);
                 }
             }
-            Timer::TakeTimeout(call) => self.take_failed(now_us, call, out),
+            Timer::TakeTimeout(call) => self.take_failed(now_us, call, true, out),
+            Timer::TakeDeadline(call) => self.take_failed(now_us, call, false, out),
         }
     }
 
@@ -537,7 +540,18 @@ impl Agent {
         self.stats.takes += 1;
         self.take_call = Some(call);
         self.send(now_us, call, Payload::Take(request), out);
-        out.push(self.timer(now_us + self.client_timeout_us(), Timer::TakeTimeout(call)));
+        let timeout_us = now_us + self.client_timeout_us();
+        // As the agent does: no buyer waits past its deadline for a take.
+        let deadline_us = self
+            .owner
+            .take_deadline_ms()
+            .map_or(u64::MAX, |at| at.saturating_mul(1_000));
+        let timer = if deadline_us < timeout_us {
+            self.timer(deadline_us.max(now_us), Timer::TakeDeadline(call))
+        } else {
+            self.timer(timeout_us, Timer::TakeTimeout(call))
+        };
+        out.push(timer);
     }
 
     /// The coordinator answered a take (a late answer finds no take waiting: dropped).
@@ -557,12 +571,14 @@ impl Agent {
         self.pump(now_us, out);
     }
 
-    fn take_failed(&mut self, now_us: u64, call: u64, out: &mut Vec<Effect>) {
+    /// A take got no answer: the coordinator is unreachable (`link_down`),
+    /// or merely slower than the buyers' deadline.
+    fn take_failed(&mut self, now_us: u64, call: u64, link_down: bool, out: &mut Vec<Effect>) {
         if self.take_call != Some(call) {
             return;
         }
         self.take_call = None;
-        self.link_down = true;
+        self.link_down |= link_down;
         self.owner.handle_take_answer(None);
         self.pump(now_us, out);
     }
@@ -572,7 +588,7 @@ impl Agent {
         if self.sync_call.map(|c| c.0) == Some(call) {
             self.sync_failed(now_us, out);
         } else {
-            self.take_failed(now_us, call, out);
+            self.take_failed(now_us, call, true, out);
         }
     }
 

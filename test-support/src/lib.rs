@@ -6,8 +6,10 @@
 //! on SQLite ([`backend`]), waiting on a condition with a deadline
 //! ([`poll`]), a service served in the test's process ([`serve`]), child
 //! processes and their sockets ([`process`]), requests written by hand
-//! ([`raw`]), database URLs ([`db`]) and capturing what a service logs
-//! ([`log`]). What only one service's tests need stays in that
+//! ([`raw`]), database URLs ([`db`]), capturing what a service logs
+//! ([`log`]), and the fault harness: a proxy that breaks a link on command
+//! ([`proxy`]) and a history of buyers' requests with its checks
+//! ([`history`]). What only one service's tests need stays in that
 //! service's `tests/common`.
 
 #![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
@@ -15,9 +17,11 @@
 pub mod api;
 pub mod backend;
 pub mod db;
+pub mod history;
 pub mod log;
 pub mod poll;
 pub mod process;
+pub mod proxy;
 pub mod raw;
 pub mod serve;
 

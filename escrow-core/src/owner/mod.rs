@@ -294,6 +294,17 @@ impl SkuOwner {
         self.rate_per_s
     }
 
+    /// While a take is out, the earliest deadline (ms) of the requests in
+    /// the batch that waits for it. The driver gives up on the take then,
+    /// as on a coordinator that cannot be reached, so a coordinator that
+    /// hangs keeps no buyer past its deadline.
+    pub fn take_deadline_ms(&self) -> Option<u64> {
+        let Phase::Taking(work) = &self.phase else {
+            return None;
+        };
+        work.fresh.iter().map(|p| p.deadline.at_ms).min()
+    }
+
     /// Whether the driver should sync with the coordinator now instead of
     /// at its next interval (cleared by the call): demand just began here
     /// (the coordinator shares the remainder by every region's demand, and

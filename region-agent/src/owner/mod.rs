@@ -394,16 +394,28 @@ impl Driver {
             .link
             .as_ref()
             .expect("only a coordinated owner takes");
-        match link.client.take(request).await {
-            Ok(resp) => {
+        let now_ms = self.deps.clock.now_ms();
+        let wait_ms = self
+            .owner
+            .take_deadline_ms()
+            .map_or(u64::MAX, |at| at.saturating_sub(now_ms));
+        let answer =
+            tokio::time::timeout(Duration::from_millis(wait_ms), link.client.take(request)).await;
+        match answer {
+            Ok(Ok(resp)) => {
                 link.set_down(false);
                 Some(resp)
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tracing::warn!(%error, "take failed; the units it asked for are not sold");
                 if matches!(error, ClientError::Unreachable(_)) {
                     link.set_down(true);
                 }
+                None
+            }
+            Err(_) => {
+                // A grant it made arrives by sync like any unanswered take's.
+                tracing::warn!("no answer to a take before its buyers' deadline");
                 None
             }
         }

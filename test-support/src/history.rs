@@ -1,0 +1,203 @@
+//! Every reserve a test's buyers send, with when it left and when (and
+//! how) it was answered, and the checks run over that history afterwards,
+//! as Jepsen's checkers do over theirs:
+//!
+//! - every request was answered within a bound (nothing hangs);
+//! - every key answered HELD exists afterwards, HELD or SOLD (an
+//!   acknowledged hold is never lost);
+//! - no unit was held twice: the keys held are at most the total, and
+//!   exactly the units the services say are held or sold;
+//! - no buyer was told SOLD_OUT while a unit was still to be had: no
+//!   request sent later than a SOLD_OUT answer plus the staleness bound was
+//!   answered HELD.
+//!
+//! A failure names every violation and the test's schedule, so the run can
+//! be read and repeated.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::api::Api;
+
+/// One reserve request and its answer.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// The region asked.
+    pub region: String,
+    /// The request key.
+    pub key: String,
+    /// When it was sent, from the history's start.
+    pub sent: Duration,
+    /// When it was answered; `None` if the transport failed.
+    pub answered: Duration,
+    /// The answer's status; `None` if the transport failed (timeout,
+    /// connection closed).
+    pub status: Option<StatusCode>,
+    /// The answer's `outcome`.
+    pub outcome: String,
+}
+
+impl Op {
+    fn is_held(&self) -> bool {
+        self.status == Some(StatusCode::CREATED)
+    }
+
+    fn is_sold_out(&self) -> bool {
+        self.outcome == "SOLD_OUT"
+    }
+}
+
+/// What the buyers did, in the order their answers came.
+pub struct History {
+    start: Instant,
+    ops: Mutex<Vec<Op>>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// What the checks compare the history with.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// Units on sale.
+    pub total: u64,
+    /// Units the services say are held or sold at the end.
+    pub held_or_sold: u64,
+    /// Longest a request may wait for its answer.
+    pub answer_within: Duration,
+    /// How long a SOLD_OUT may be out of date: a request sent this long
+    /// after a SOLD_OUT answer must not be answered HELD.
+    pub staleness: Duration,
+    /// The test's fault schedule, printed with any violation.
+    pub schedule: String,
+}
+
+impl History {
+    /// An empty history starting now.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Time since the history started.
+    pub fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Sends one reserve for `key` to `region`'s agent and records it.
+    pub async fn reserve(
+        &self,
+        api: &Api,
+        region: &str,
+        key: &str,
+        user: &str,
+        sku: &str,
+    ) -> Option<(StatusCode, Value)> {
+        let sent = self.now();
+        let answer = api.try_reserve(key, user, sku).await.ok();
+        let answered = self.now();
+        let outcome = answer
+            .as_ref()
+            .and_then(|(_, body)| body["outcome"].as_str())
+            .unwrap_or("")
+            .to_owned();
+        self.ops.lock().unwrap().push(Op {
+            region: region.to_owned(),
+            key: key.to_owned(),
+            sent,
+            answered,
+            status: answer.as_ref().map(|(status, _)| *status),
+            outcome,
+        });
+        answer
+    }
+
+    /// Every request so far.
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops.lock().unwrap().clone()
+    }
+
+    /// Keys answered HELD, with the region that held them.
+    pub fn held_keys(&self) -> BTreeMap<String, String> {
+        self.ops()
+            .into_iter()
+            .filter(Op::is_held)
+            .map(|op| (op.key, op.region))
+            .collect()
+    }
+
+    /// Runs every check, given each held key's status afterwards
+    /// (`final_status`, from the region that held it); panics with every
+    /// violation and the schedule if any fails.
+    pub fn check(&self, expect: &Expect, final_status: &BTreeMap<String, String>) {
+        let ops = self.ops();
+        let mut violations = Vec::new();
+        for op in &ops {
+            let waited = op.answered - op.sent;
+            if op.status.is_none() || waited > expect.answer_within {
+                violations.push(format!(
+                    "{} in {} sent at {:?}: {} after {waited:?}",
+                    op.key,
+                    op.region,
+                    op.sent,
+                    op.status
+                        .map_or("no answer".to_owned(), |s| format!("answered {s}")),
+                ));
+            }
+        }
+        let held = self.held_keys();
+        for (key, region) in &held {
+            match final_status.get(key).map(String::as_str) {
+                Some("HELD" | "SOLD") => {}
+                other => violations.push(format!(
+                    "{key} was answered HELD by {region} but is now {other:?}"
+                )),
+            }
+        }
+        let held_count = held.len() as u64;
+        if held_count > expect.total {
+            violations.push(format!(
+                "{held_count} keys held, more than the {} units",
+                expect.total
+            ));
+        }
+        if held_count != expect.held_or_sold {
+            violations.push(format!(
+                "{held_count} keys answered HELD, but the services hold or sold {}",
+                expect.held_or_sold
+            ));
+        }
+        if let Some(first) = ops
+            .iter()
+            .filter(|op| op.is_sold_out())
+            .min_by_key(|op| op.answered)
+        {
+            let late = ops
+                .iter()
+                .filter(|op| op.is_held() && op.sent > first.answered + expect.staleness);
+            for op in late {
+                violations.push(format!(
+                    "{} in {} sent at {:?} was answered HELD after {} in {} heard SOLD_OUT at {:?}",
+                    op.key, op.region, op.sent, first.key, first.region, first.answered
+                ));
+            }
+        }
+        assert!(
+            violations.is_empty(),
+            "{} violations in a history of {} requests under {}:\n{}",
+            violations.len(),
+            ops.len(),
+            expect.schedule,
+            violations.join("\n")
+        );
+    }
+}
