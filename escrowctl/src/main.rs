@@ -3,12 +3,14 @@
 //! Every subcommand is one admin API call (`sku list` one per page, until
 //! the last); output is a table for people or the API's JSON with `--json`.
 //! `audit` exits 1 when any SKU drifts or a region's report is stale, so it
-//! can gate a deploy or page someone.
+//! can gate a deploy or page someone. `completions` prints a shell's
+//! completion script and calls nothing.
 
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
@@ -54,6 +56,12 @@ enum Top {
     Audit,
     /// Region agents and their last sync.
     Regions,
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell), e.g. `escrowctl completions bash > /etc/bash_completion.d/escrowctl`.
+    Completions {
+        /// The shell to complete in.
+        shell: Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -469,6 +477,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ]);
             }
             (answer, table.to_string())
+        }
+        Top::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "escrowctl",
+                &mut std::io::stdout(),
+            );
+            return Ok(ExitCode::SUCCESS);
         }
     };
     if cli.json {

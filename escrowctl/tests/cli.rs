@@ -1,8 +1,8 @@
 //! escrowctl against a real coordinator: each subcommand works, `--json`
 //! is the API's JSON, `sku list` reads every page, and `audit` exits 1 on
-//! drift or a stale report. The coordinator runs on PostgreSQL and on
-//! SQLite (`NAME::postgres`, `NAME::sqlite`), so the CLI is tested without
-//! a PostgreSQL server too.
+//! drift or a stale report; `completions` needs no coordinator. The
+//! coordinator runs on PostgreSQL and on SQLite (`NAME::postgres`,
+//! `NAME::sqlite`), so the CLI is tested without a PostgreSQL server too.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -333,4 +333,26 @@ async fn sku_list_reads_every_page(db: TestDb) {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
         assert!(!out.stderr.is_empty(), "{bad:?}");
     }
+}
+
+/// Goal: `completions SHELL` prints that shell's completion script for
+/// escrowctl, subcommands included, without calling any server; an
+/// unknown shell exits 2.
+#[test]
+fn completions_print_a_script() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
+            .args(["--url", "http://127.0.0.1:1", "completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains("escrowctl"), "{shell}: {script}");
+        assert!(script.contains("add-stock"), "{shell}: {script}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
+        .args(["completions", "cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
