@@ -1,13 +1,16 @@
 //! `escrowctl`: the admin CLI for the coordinator (and standalone agents).
 //!
-//! Every subcommand is one admin API call; output is a table for people or
-//! the API's JSON with `--json`. `audit` exits 1 when any SKU drifts or a
-//! region's report is stale, so it can gate a deploy or page someone.
+//! Every subcommand is one admin API call (`sku list` one per page, until
+//! the last); output is a table for people or the API's JSON with `--json`.
+//! `audit` exits 1 when any SKU drifts or a region's report is stale, so it
+//! can gate a deploy or page someone. `completions` prints a shell's
+//! completion script and calls nothing.
 
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
@@ -53,6 +56,12 @@ enum Top {
     Audit,
     /// Region agents and their last sync.
     Regions,
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell), e.g. `escrowctl completions bash > /etc/bash_completion.d/escrowctl`.
+    Completions {
+        /// The shell to complete in.
+        shell: Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,6 +90,16 @@ enum SkuCommand {
         /// dotted (`refill.low_water_s=2`); VALUE is JSON, else a string.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
+    },
+    /// Every SKU of TENANT (of every tenant without it), one line each:
+    /// totals, the regions' summed counters, mode, paused.
+    List {
+        /// Only this tenant's SKUs.
+        tenant: Option<String>,
+        /// SKUs per request, 1..=1000 (default: the coordinator's, 100);
+        /// every page is read.
+        #[arg(long)]
+        limit: Option<u32>,
     },
     /// Totals, pool, in transit and every region's counters.
     Show {
@@ -172,10 +191,23 @@ impl Api {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
+        self.request(method, path, &[], body).await
+    }
+
+    /// `method path?query` with `body`; the answer's JSON, or an error
+    /// naming the status and body of any non-2xx answer.
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
         let change = method != reqwest::Method::GET;
         let mut req = self
             .client
-            .request(method, format!("{}{path}", self.url.trim_end_matches('/')));
+            .request(method, format!("{}{path}", self.url.trim_end_matches('/')))
+            .query(query);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
@@ -258,6 +290,134 @@ fn sku_table(sku: &Value) -> String {
     format!("{head}\n{regions}")
 }
 
+/// Every SKU of `tenant` (of every tenant with `None`), reading the
+/// listing's pages of `limit` SKUs until the last: the answer a single page
+/// holding them all would be, `{"skus": [...], "next": null}`.
+async fn list(api: &Api, tenant: Option<&str>, limit: Option<u32>) -> anyhow::Result<Value> {
+    let path = match tenant {
+        Some(tenant) if tenant.is_empty() || tenant.contains('/') => {
+            bail!("expected TENANT, without /SKU")
+        }
+        Some(tenant) => format!("/v1/admin/skus/{tenant}"),
+        None => "/v1/admin/skus".to_owned(),
+    };
+    let mut skus = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut query = Vec::new();
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(after) = &after {
+            query.push(("after", after.clone()));
+        }
+        let page = api
+            .request(reqwest::Method::GET, &path, &query, None)
+            .await?;
+        let lines = page["skus"]
+            .as_array()
+            .context("the server's page has no skus")?;
+        skus.extend(lines.iter().cloned());
+        match &page["next"] {
+            Value::Null => break,
+            // A page that does not move the cursor would be read forever.
+            Value::String(next) if !lines.is_empty() && after.as_ref() != Some(next) => {
+                after = Some(next.clone());
+            }
+            next => bail!("the server's next page ({next}) does not follow its last"),
+        }
+    }
+    Ok(json!({"skus": skus, "next": null}))
+}
+
+fn list_table(answer: &Value) -> String {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "tenant/sku",
+        "total",
+        "sold",
+        "held",
+        "available",
+        "pool",
+        "in transit",
+        "mode",
+        "paused",
+    ]);
+    for sku in answer["skus"].as_array().into_iter().flatten() {
+        table.add_row([
+            format!("{}/{}", cell(&sku["tenant"]), cell(&sku["sku"])),
+            cell(&sku["total"]),
+            cell(&sku["sold"]),
+            cell(&sku["held"]),
+            cell(&sku["available"]),
+            cell(&sku["pool"]),
+            cell(&sku["in_transit"]),
+            cell(&sku["mode"]),
+            cell(&sku["paused"]),
+        ]);
+    }
+    table.to_string()
+}
+
+/// One `sku` subcommand: the API's answer and its table.
+async fn sku(api: &Api, command: SkuCommand) -> anyhow::Result<(Value, String)> {
+    use reqwest::Method;
+    let answer = match command {
+        SkuCommand::Put {
+            id,
+            total,
+            regions,
+            max_per_user,
+            hold_ttl_ms,
+            policy,
+            settings: set,
+        } => {
+            let mut body = json!({"total": total});
+            if let Some(w) = weights(&regions)? {
+                body["regions"] = w;
+            }
+            if let Some(m) = max_per_user {
+                body["max_per_user"] = json!(m);
+            }
+            if let Some(t) = hold_ttl_ms {
+                body["hold_ttl_ms"] = json!(t);
+            }
+            if let Some(p) = policy {
+                body["policy"] = json!(p);
+            }
+            if let Some(s) = settings(&set)? {
+                body["settings"] = s;
+            }
+            api.call(Method::PUT, &sku_path(&id)?, Some(body)).await?
+        }
+        SkuCommand::List { tenant, limit } => {
+            let answer = list(api, tenant.as_deref(), limit).await?;
+            let human = list_table(&answer);
+            return Ok((answer, human));
+        }
+        SkuCommand::Show { id } => api.call(Method::GET, &sku_path(&id)?, None).await?,
+        SkuCommand::Pause { id } => {
+            api.call(Method::POST, &format!("{}/pause", sku_path(&id)?), None)
+                .await?
+        }
+        SkuCommand::Resume { id } => {
+            api.call(Method::POST, &format!("{}/resume", sku_path(&id)?), None)
+                .await?
+        }
+        SkuCommand::AddStock { id, qty } => {
+            api.call(
+                Method::POST,
+                &format!("{}/add-stock", sku_path(&id)?),
+                Some(json!({"qty": qty})),
+            )
+            .await?
+        }
+    };
+    let human = sku_table(&answer);
+    Ok((answer, human))
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let api = Api {
         url: cli.url,
@@ -269,56 +429,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     use reqwest::Method;
     let (answer, human) = match cli.command {
-        Top::Sku { command } => {
-            let answer = match command {
-                SkuCommand::Put {
-                    id,
-                    total,
-                    regions,
-                    max_per_user,
-                    hold_ttl_ms,
-                    policy,
-                    settings: set,
-                } => {
-                    let mut body = json!({"total": total});
-                    if let Some(w) = weights(&regions)? {
-                        body["regions"] = w;
-                    }
-                    if let Some(m) = max_per_user {
-                        body["max_per_user"] = json!(m);
-                    }
-                    if let Some(t) = hold_ttl_ms {
-                        body["hold_ttl_ms"] = json!(t);
-                    }
-                    if let Some(p) = policy {
-                        body["policy"] = json!(p);
-                    }
-                    if let Some(s) = settings(&set)? {
-                        body["settings"] = s;
-                    }
-                    api.call(Method::PUT, &sku_path(&id)?, Some(body)).await?
-                }
-                SkuCommand::Show { id } => api.call(Method::GET, &sku_path(&id)?, None).await?,
-                SkuCommand::Pause { id } => {
-                    api.call(Method::POST, &format!("{}/pause", sku_path(&id)?), None)
-                        .await?
-                }
-                SkuCommand::Resume { id } => {
-                    api.call(Method::POST, &format!("{}/resume", sku_path(&id)?), None)
-                        .await?
-                }
-                SkuCommand::AddStock { id, qty } => {
-                    api.call(
-                        Method::POST,
-                        &format!("{}/add-stock", sku_path(&id)?),
-                        Some(json!({"qty": qty})),
-                    )
-                    .await?
-                }
-            };
-            let human = sku_table(&answer);
-            (answer, human)
-        }
+        Top::Sku { command } => sku(&api, command).await?,
         Top::Audit => {
             let answer = api.call(Method::GET, "/v1/admin/audit", None).await?;
             let skus = answer["skus"].as_array().cloned().unwrap_or_default();
@@ -366,6 +477,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ]);
             }
             (answer, table.to_string())
+        }
+        Top::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "escrowctl",
+                &mut std::io::stdout(),
+            );
+            return Ok(ExitCode::SUCCESS);
         }
     };
     if cli.json {

@@ -1,5 +1,6 @@
 //! escrowctl against a real coordinator: each subcommand works, `--json`
-//! is the API's JSON, and `audit` exits 1 on drift or a stale report. The
+//! is the API's JSON, `sku list` reads every page, and `audit` exits 1 on
+//! drift or a stale report; `completions` needs no coordinator. The
 //! coordinator runs on PostgreSQL and on SQLite (`NAME::postgres`,
 //! `NAME::sqlite`), so the CLI is tested without a PostgreSQL server too.
 
@@ -19,6 +20,7 @@ test_support::on_both_backends!(
     sqlite: coordinator::store::SQLITE_MIGRATOR;
     subcommands_and_audit_exit_status,
     sku_put_chooses_the_policy,
+    sku_list_reads_every_page,
 );
 
 const ADMIN: &str = "admin-secret";
@@ -229,4 +231,128 @@ async fn sku_put_chooses_the_policy(db: TestDb) {
     let after = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
     assert_eq!(after["policy"], "tail-merge");
     assert_eq!(after["settings"]["refill"]["refill_s"], 7.0);
+}
+
+/// The `tenant/sku` of every line of `sku list --json`'s answer.
+fn listed(out: &Output) -> Vec<String> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = json(out);
+    assert_eq!(answer["next"], Value::Null);
+    answer["skus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["tenant"].as_str().unwrap(),
+                s["sku"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Goal: `sku list` reads pages of `--limit` SKUs until the last, so with
+/// a limit smaller than the SKUs every SKU is listed once, in order; with
+/// a tenant only its SKUs; the table shows each SKU's line; a bad limit
+/// or tenant exits 2.
+async fn sku_list_reads_every_page(db: TestDb) {
+    let url = serve(&db).await;
+    for (id, total) in [
+        ("acme/c", "3"),
+        ("acme/a", "1"),
+        ("beta/x", "9"),
+        ("acme/b", "2"),
+        ("acme/d", "4"),
+    ] {
+        let out = ctl(&url, &["sku", "put", id, "--total", total]).await;
+        assert!(out.status.success(), "{id}");
+    }
+    ctl(&url, &["sku", "pause", "acme/b"]).await;
+
+    let out = ctl(&url, &["--json", "sku", "list", "acme", "--limit", "2"]).await;
+    assert_eq!(listed(&out), ["acme/a", "acme/b", "acme/c", "acme/d"]);
+    let skus = json(&out)["skus"].as_array().unwrap().clone();
+    assert_eq!(
+        skus.iter()
+            .map(|s| (s["total"].as_u64().unwrap(), s["pool"].as_u64().unwrap()))
+            .collect::<Vec<_>>(),
+        [(1, 1), (2, 2), (3, 3), (4, 4)]
+    );
+    assert_eq!(skus[1]["paused"], true);
+
+    let out = ctl(&url, &["--json", "sku", "list", "--limit", "1"]).await;
+    assert_eq!(
+        listed(&out),
+        ["acme/a", "acme/b", "acme/c", "acme/d", "beta/x"]
+    );
+    let out = ctl(&url, &["--json", "sku", "list", "nobody"]).await;
+    assert!(listed(&out).is_empty());
+
+    let out = ctl(&url, &["sku", "list", "beta"]).await;
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("in transit"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("beta/x"))
+        .unwrap_or_else(|| panic!("no beta/x line: {table}"));
+    let cells: Vec<&str> = row
+        .split(['│', '┆'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    let mode = json(&ctl(&url, &["--json", "sku", "show", "beta/x"]).await)["mode"].clone();
+    assert_eq!(
+        cells,
+        [
+            "beta/x",
+            "9",
+            "0",
+            "0",
+            "0",
+            "9",
+            "0",
+            mode.as_str().unwrap(),
+            "false"
+        ],
+        "{table}"
+    );
+    assert!(!table.contains("acme/"), "{table}");
+
+    for bad in [
+        &["sku", "list", "--limit", "0"][..],
+        &["sku", "list", "acme", "--limit", "1001"][..],
+        &["sku", "list", "acme/a"][..],
+    ] {
+        let out = ctl(&url, bad).await;
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(!out.stderr.is_empty(), "{bad:?}");
+    }
+}
+
+/// Goal: `completions SHELL` prints that shell's completion script for
+/// escrowctl, subcommands included, without calling any server; an
+/// unknown shell exits 2.
+#[test]
+fn completions_print_a_script() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
+            .args(["--url", "http://127.0.0.1:1", "completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains("escrowctl"), "{shell}: {script}");
+        assert!(script.contains("add-stock"), "{shell}: {script}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
+        .args(["completions", "cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -1,10 +1,10 @@
 //! The admin API: create and change SKUs, add stock, pause and resume,
-//! inspect, audit, list regions.
+//! inspect one SKU, list SKUs a page at a time, audit, list regions.
 
 use std::collections::HashMap;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,11 +14,27 @@ use serde_json::json;
 
 use super::error::ApiError;
 use crate::policies::PolicyRequest;
-use crate::store::{parse_weights, AdminKey, Applied, SkuSpec, SkuSummary};
+use crate::store::{parse_weights, AdminKey, Applied, Listing, SkuLine, SkuSpec, SkuSummary};
 use crate::AppState;
 
 /// Largest total or stock addition accepted.
 pub const UNITS_MAX: u64 = 1_000_000_000_000;
+
+/// SKUs in a page of a listing when the request names no `limit`.
+pub const PAGE_SKUS_DEFAULT: u32 = 100;
+
+/// Most SKUs in a page of a listing: a page is one query and one answer,
+/// both bounded by this.
+pub const PAGE_SKUS_MAX: u32 = 1_000;
+
+/// The query of `GET /v1/admin/skus[/{tenant}]`: where the page starts and
+/// how many SKUs it has at most.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    after: Option<String>,
+    limit: Option<String>,
+}
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}` body.
 #[derive(Debug, Deserialize)]
@@ -194,6 +210,97 @@ pub async fn get_sku(
     let (tenant, sku) = ids(&tenant, &sku)?;
     let view = state.store().sku(&tenant, &sku).await?;
     Ok(Json(sku_json(&state, &view)).into_response())
+}
+
+/// A page's size from the query's `limit`.
+fn page_limit(raw: Option<&str>) -> Result<u32, ApiError> {
+    let Some(raw) = raw else {
+        return Ok(PAGE_SKUS_DEFAULT);
+    };
+    raw.parse::<u32>()
+        .ok()
+        .filter(|limit| (1..=PAGE_SKUS_MAX).contains(limit))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("limit must be an integer in 1..={PAGE_SKUS_MAX}"))
+        })
+}
+
+/// One SKU's line in a listing.
+fn line_json(state: &AppState, line: &SkuLine) -> serde_json::Value {
+    json!({
+        "tenant": line.tenant, "sku": line.sku, "total": line.total, "pool": line.pool,
+        "in_transit": line.in_transit, "available": line.available, "held": line.held,
+        "sold": line.sold, "mode": line.mode, "paused": line.paused,
+        "policy": state.policies().of(line.policy.as_ref()).name(),
+    })
+}
+
+/// A page of `listing` as the answer `{"skus", "next"}`; `next` is the
+/// `after` of the following page (`cursor` of the page's last SKU), or null
+/// on the last page.
+async fn page(
+    state: &AppState,
+    listing: &Listing,
+    limit: u32,
+    cursor: impl Fn(&SkuLine) -> String,
+) -> Result<Response, ApiError> {
+    let page = state.store().list_skus(listing, limit).await?;
+    let next = page.skus.last().filter(|_| page.more).map(cursor);
+    let skus: Vec<serde_json::Value> = page.skus.iter().map(|l| line_json(state, l)).collect();
+    Ok(Json(json!({"skus": skus, "next": next})).into_response())
+}
+
+/// `GET /v1/admin/skus/{tenant}?after=SKU&limit=N`: one tenant's SKUs by name.
+pub async fn list_tenant_skus(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let bad = |e: escrow_core::IdError| ApiError::BadRequest(e.to_string());
+    let tenant = Tenant::parse(&tenant).map_err(bad)?;
+    let Query(query) = query?;
+    let limit = page_limit(query.limit.as_deref())?;
+    let after = query
+        .after
+        .as_deref()
+        .map(Sku::parse)
+        .transpose()
+        .map_err(|e| ApiError::BadRequest(format!("after: {e}")))?;
+    let listing = Listing::Tenant { tenant, after };
+    page(&state, &listing, limit, |line| line.sku.clone()).await
+}
+
+/// `GET /v1/admin/skus?after=TENANT/SKU&limit=N`: every tenant's SKUs by
+/// tenant, then name.
+pub async fn list_skus(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let Query(query) = query?;
+    let limit = page_limit(query.limit.as_deref())?;
+    let bad = |e: escrow_core::IdError| ApiError::BadRequest(format!("after: {e}"));
+    let after = query
+        .after
+        .as_deref()
+        .map(|after| {
+            let (tenant, sku) = after
+                .split_once('/')
+                .ok_or_else(|| ApiError::BadRequest("after must be TENANT/SKU".into()))?;
+            Ok::<_, ApiError>((
+                Tenant::parse(tenant).map_err(bad)?,
+                Sku::parse(sku).map_err(bad)?,
+            ))
+        })
+        .transpose()?;
+    let listing = Listing::All { after };
+    page(&state, &listing, limit, |line| {
+        format!("{}/{}", line.tenant, line.sku)
+    })
+    .await
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/add-stock`.

@@ -62,6 +62,8 @@ async fn metrics(State(state): State<AppState>) -> String {
 /// The coordinator's router.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/v1/admin/skus", get(admin::list_skus))
+        .route("/v1/admin/skus/{tenant}", get(admin::list_tenant_skus))
         .route(
             "/v1/admin/skus/{tenant}/{sku}",
             put(admin::put_sku).get(admin::get_sku),

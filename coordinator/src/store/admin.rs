@@ -1,6 +1,7 @@
 //! The admin API in SQL: create and change SKUs, add stock, pause and
 //! resume (each a transaction around `escrow_core::allocation`), and the
-//! read-only summaries: one SKU, the audit of all, the regions' agents.
+//! read-only summaries: one SKU, a page of SKUs, the audit of all, the
+//! regions' agents.
 
 use std::collections::HashMap;
 
@@ -9,7 +10,9 @@ use escrow_core::{Allocation, Mode, Moves, PolicyChoice, RegionName, Sku, SkuSet
 use serde::Serialize;
 
 use super::backend::{sql, Tx};
-use super::books::{load, load_to_change, save, save_policy, stored, timestamp, Loaded, Lock};
+use super::books::{
+    count, load, load_to_change, policy_of, save, save_policy, stored, timestamp, Loaded, Lock,
+};
 use super::{new_grant_id, Store, StoreError};
 use crate::policies::{Policies, PolicyRequest};
 
@@ -73,6 +76,88 @@ pub struct SkuSummary {
     pub ledger_drift: i64,
     /// Per region.
     pub regions: Vec<RegionSummary>,
+}
+
+/// One SKU's line in a listing: its own counters and the sums of its
+/// regions' last reports, without the per-region detail of [`SkuSummary`].
+#[derive(Debug, Clone, Serialize)]
+pub struct SkuLine {
+    /// Tenant.
+    pub tenant: String,
+    /// SKU.
+    pub sku: String,
+    /// Units in all.
+    pub total: u64,
+    /// Units not leased.
+    pub pool: u64,
+    /// Units granted and not acknowledged.
+    pub in_transit: u64,
+    /// Sum of the regions' last reported available.
+    pub available: u64,
+    /// Sum of the regions' last reported held.
+    pub held: u64,
+    /// Sum of the regions' last reported sold.
+    pub sold: u64,
+    /// ESCROW or CENTRAL.
+    pub mode: Mode,
+    /// Paused by an admin.
+    pub paused: bool,
+    /// The policy the SKU chose; `None` runs the coordinator's default.
+    pub policy: Option<PolicyChoice>,
+}
+
+/// Which SKUs a listing covers, and after which one its page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing {
+    /// One tenant's SKUs by name, those after `after` if given.
+    Tenant {
+        /// The tenant.
+        tenant: Tenant,
+        /// The last SKU of the previous page.
+        after: Option<Sku>,
+    },
+    /// Every tenant's SKUs by tenant, then name; those after `after` if given.
+    All {
+        /// The last tenant and SKU of the previous page.
+        after: Option<(Tenant, Sku)>,
+    },
+}
+
+impl Listing {
+    /// The condition that keeps the listing's SKUs from the page's start
+    /// on, and the values of its parameters `$1`, `$2`, ... in order. Both
+    /// follow the primary key (tenant, sku), whose order the page has.
+    fn filter(&self) -> (&'static str, Vec<&str>) {
+        match self {
+            Listing::Tenant {
+                tenant,
+                after: None,
+            } => ("WHERE s.tenant = $1", vec![tenant.as_str()]),
+            Listing::Tenant {
+                tenant,
+                after: Some(sku),
+            } => (
+                "WHERE s.tenant = $1 AND s.sku > $2",
+                vec![tenant.as_str(), sku.as_str()],
+            ),
+            Listing::All { after: None } => ("", Vec::new()),
+            Listing::All {
+                after: Some((tenant, sku)),
+            } => (
+                "WHERE (s.tenant, s.sku) > ($1, $2)",
+                vec![tenant.as_str(), sku.as_str()],
+            ),
+        }
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone)]
+pub struct SkuPage {
+    /// At most the page's limit of SKUs, in (tenant, sku) order.
+    pub skus: Vec<SkuLine>,
+    /// Whether more SKUs follow the last one.
+    pub more: bool,
 }
 
 /// A region agent's last sync.
@@ -387,6 +472,63 @@ impl Store {
         }
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// A page of at most `limit` SKUs of `listing`, in one query: the
+    /// regions' reports and the grants in transit are summed per SKU by the
+    /// database, so a page costs the same whatever its SKUs' regions.
+    pub async fn list_skus(&self, listing: &Listing, limit: u32) -> Result<SkuPage, StoreError> {
+        let (filter, params) = listing.filter();
+        // One row beyond the page tells whether another page follows.
+        let mut statement = sql(format!(
+            "SELECT s.tenant, s.sku, s.total, s.pool, s.mode, s.paused, s.policy, s.policy_settings,
+                    (SELECT CAST(COALESCE(SUM(r.reported_available), 0) AS BIGINT)
+                     FROM sku_regions r WHERE r.tenant = s.tenant AND r.sku = s.sku) AS available,
+                    (SELECT CAST(COALESCE(SUM(r.reported_held), 0) AS BIGINT)
+                     FROM sku_regions r WHERE r.tenant = s.tenant AND r.sku = s.sku) AS held,
+                    (SELECT CAST(COALESCE(SUM(r.reported_sold), 0) AS BIGINT)
+                     FROM sku_regions r WHERE r.tenant = s.tenant AND r.sku = s.sku) AS sold,
+                    (SELECT CAST(COALESCE(SUM(t.units), 0) AS BIGINT)
+                     FROM transfers t
+                     WHERE t.tenant = s.tenant AND t.sku = s.sku
+                       AND t.kind = 'GRANT' AND t.state = 'PENDING') AS in_transit
+             FROM skus s {filter}
+             ORDER BY s.tenant, s.sku
+             LIMIT ${}",
+            params.len() + 1
+        ));
+        for param in params {
+            statement = statement.bind(param);
+        }
+        let mut tx = self.db.snapshot().await?;
+        let rows = statement
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&mut tx)
+            .await?;
+        tx.commit().await?;
+        let more = rows.len() > limit as usize;
+        let skus = rows
+            .iter()
+            .take(limit as usize)
+            .map(|row| {
+                let mode: String = row.try_get("mode")?;
+                Ok(SkuLine {
+                    tenant: row.try_get("tenant")?,
+                    sku: row.try_get("sku")?,
+                    total: count(row.try_get("total")?, "total")?,
+                    pool: count(row.try_get("pool")?, "pool")?,
+                    in_transit: count(row.try_get("in_transit")?, "in_transit")?,
+                    available: count(row.try_get("available")?, "available")?,
+                    held: count(row.try_get("held")?, "held")?,
+                    sold: count(row.try_get("sold")?, "sold")?,
+                    mode: Mode::parse(&mode)
+                        .ok_or_else(|| StoreError::Corrupt(format!("stored mode {mode}")))?,
+                    paused: row.try_get("paused")?,
+                    policy: policy_of(row.try_get("policy")?, row.try_get("policy_settings")?)?,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(SkuPage { skus, more })
     }
 
     /// Every region that ever synced.

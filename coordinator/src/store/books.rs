@@ -173,7 +173,7 @@ pub(super) async fn load(
 }
 
 /// A stored policy choice: a name and its settings as JSON, both or neither.
-fn policy_of(
+pub(super) fn policy_of(
     name: Option<String>,
     settings: Option<String>,
 ) -> Result<Option<PolicyChoice>, StoreError> {

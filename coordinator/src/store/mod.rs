@@ -27,7 +27,10 @@ use escrow_core::{Allocation, RegionName};
 use crate::notices::Notices;
 use backend::{sql, Db};
 
-pub use admin::{parse_weights, AdminKey, Applied, RegionSummary, RegionSync, SkuSpec, SkuSummary};
+pub use admin::{
+    parse_weights, AdminKey, Applied, Listing, RegionSummary, RegionSync, SkuLine, SkuPage,
+    SkuSpec, SkuSummary,
+};
 
 /// The embedded migrations of the coordinator on PostgreSQL.
 pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/coordinator");
