@@ -611,14 +611,18 @@ async fn admin_operations_reach_the_agents(db: TestDb) {
         eu.reserve(&key, &key, "drop").await.1["outcome"] == "PAUSED"
     })
     .await;
-    c.admin
-        .admin_post("/v1/admin/skus/acme/drop/resume", None)
-        .await;
-    eventually("eu sells again", Duration::from_secs(10), async || {
-        eu.reserve("k2", "u2", "drop").await.0 == StatusCode::CREATED
+    // Paused, the policy moves nothing: once the last moves have landed,
+    // the pool stays what the admin reads.
+    eventually("no unit on its way", Duration::from_secs(10), async || {
+        let view = c.admin.admin_sku("acme", "drop").await;
+        view["in_transit"] == 0
+            && view["regions"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(|r| r["recall_pending"] == 0)
     })
     .await;
-
     let pool_units = c.admin.admin_sku("acme", "drop").await["pool"]
         .as_i64()
         .unwrap();
@@ -632,6 +636,13 @@ async fn admin_operations_reach_the_agents(db: TestDb) {
         .put_sku("acme", "drop", json!({"total": 100 - pool_units / 2}))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    c.admin
+        .admin_post("/v1/admin/skus/acme/drop/resume", None)
+        .await;
+    eventually("eu sells again", Duration::from_secs(10), async || {
+        eu.reserve("k2", "u2", "drop").await.0 == StatusCode::CREATED
+    })
+    .await;
 
     c.admin
         .put_sku(
