@@ -27,6 +27,8 @@ coordinator_tests!(
     a_link_that_hangs_pauses_only_what_needs_the_coordinator,
     answers_lost_on_the_way_back_lose_no_unit,
     a_frozen_coordinator_delays_but_loses_nothing,
+    a_frozen_agent_delays_only_its_own_buyers,
+    a_rolling_restart_of_the_agents_loses_no_hold,
 );
 postgres_only!(
     migrator: coordinator::store::POSTGRES_MIGRATOR;
@@ -53,8 +55,35 @@ struct Region {
     name: &'static str,
     proxy: Proxy,
     db: TestDb,
+    port: u16,
     api: Api,
-    _agent: Proc,
+    agent: Proc,
+}
+
+impl Region {
+    /// The agent's process, linked to the coordinator through the proxy.
+    fn spawn(name: &str, port: u16, db: &TestDb, proxy: &Proxy) -> Proc {
+        Proc::spawn(
+            service(binary("region-agent"), port, db.url())
+                .args(["--region", name])
+                .args(["--coordinator-url", &proxy.url()])
+                .args(["--region-token", &region_token(name)])
+                .args(["--tenant-key", &format!("acme={ACME_KEY}")])
+                .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
+        )
+    }
+
+    /// Stops the agent with SIGTERM (it drains), then starts it again on
+    /// the same database and port.
+    async fn restart(&mut self) {
+        self.agent.signal("-TERM");
+        eventually("the agent exits", Duration::from_secs(20), async || {
+            self.agent.exited().is_some()
+        })
+        .await;
+        self.agent = Self::spawn(self.name, self.port, &self.db, &self.proxy);
+        wait_ready(&self.api.url).await;
+    }
 }
 
 /// A coordinator and two agents, eu and us, as real processes.
@@ -83,22 +112,16 @@ impl Cluster {
             let agent_db = agent_db(db, name).await;
             let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
             let agent_port = free_port();
-            let agent = Proc::spawn(
-                service(binary("region-agent"), agent_port, agent_db.url())
-                    .args(["--region", name])
-                    .args(["--coordinator-url", &proxy.url()])
-                    .args(["--region-token", &region_token(name)])
-                    .args(["--tenant-key", &format!("acme={ACME_KEY}")])
-                    .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
-            );
+            let agent = Region::spawn(name, agent_port, &agent_db, &proxy);
             let agent_url = format!("http://127.0.0.1:{agent_port}");
             wait_ready(&agent_url).await;
             regions.push(Region {
                 name,
                 proxy,
                 db: agent_db,
+                port: agent_port,
                 api: Api::new(&agent_url),
-                _agent: agent,
+                agent,
             });
         }
         let cluster = Self {
@@ -133,9 +156,13 @@ impl Cluster {
         self.regions.iter().find(|r| r.name == name).unwrap()
     }
 
+    fn region_mut(&mut self, name: &str) -> &mut Region {
+        self.regions.iter_mut().find(|r| r.name == name).unwrap()
+    }
+
     /// Every buyer of every region, arriving within [`ARRIVALS`], each
-    /// retrying 503s until HELD or SOLD_OUT.
-    async fn sell(&self, history: &Arc<History>) {
+    /// retrying 503s (and failed connections) until HELD or SOLD_OUT.
+    fn sell(&self, history: &Arc<History>) -> impl std::future::Future<Output = ()> + 'static {
         let mut buyers = Vec::new();
         let count: usize = BUYERS.iter().map(|(_, n)| n).sum();
         let mut i = 0;
@@ -161,18 +188,43 @@ impl Cluster {
                 }));
             }
         }
-        tokio::time::timeout(Duration::from_secs(90), async {
-            for b in buyers {
-                b.await.unwrap();
-            }
-        })
-        .await
-        .expect("every buyer has a final answer within 90 s");
+        async move {
+            tokio::time::timeout(Duration::from_secs(90), async {
+                for b in buyers {
+                    b.await.unwrap();
+                }
+            })
+            .await
+            .expect("every buyer has a final answer within 90 s");
+        }
     }
 
-    /// Settles the books, then checks the history against them.
-    async fn check(&self, history: &History, schedule: &str) {
+    /// Settles the books, then checks the history against them, excusing
+    /// requests to a region while it was `down`; prints what the buyers
+    /// heard before, during and after the `fault` window.
+    async fn check(
+        &self,
+        history: &History,
+        schedule: &str,
+        fault: std::ops::Range<Duration>,
+        down: Vec<(String, std::ops::Range<Duration>)>,
+    ) {
         settled_audit(&self.admin, Duration::from_secs(30)).await;
+        let settled_at = history.now();
+        let last_hold = history
+            .ops()
+            .iter()
+            .filter(|op| op.status == Some(StatusCode::CREATED))
+            .map(|op| op.answered)
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "{schedule}\nbefore the fault:\n{}\nduring it:\n{}\nafter it:\n{}\n\
+             last hold at {last_hold:.2?}; books settled (drift 0) by {settled_at:.2?}",
+            history.summary(Duration::ZERO..fault.start),
+            history.summary(fault.clone()),
+            history.summary(fault.end..Duration::MAX),
+        );
         let view = self.admin.admin_sku("acme", "drop").await;
         let held_or_sold: u64 = BUYERS
             .iter()
@@ -195,6 +247,7 @@ impl Cluster {
                 answer_within: ANSWER_WITHIN,
                 staleness: Duration::from_secs(1),
                 schedule: schedule.to_owned(),
+                down,
             },
             &status,
         );
@@ -253,6 +306,8 @@ async fn a_link_that_hangs_pauses_only_what_needs_the_coordinator(db: TestDb) {
         .check(
             &history,
             "eu's link a black hole from before the sale to 3 s",
+            Duration::ZERO..healed_at,
+            Vec::new(),
         )
         .await;
 }
@@ -273,7 +328,12 @@ async fn answers_lost_on_the_way_back_lose_no_unit(db: TestDb) {
     };
     tokio::join!(cluster.sell(&history), fault);
     cluster
-        .check(&history, "eu's answers swallowed from 0.3 s to 3.3 s")
+        .check(
+            &history,
+            "eu's answers swallowed from 0.3 s to 3.3 s",
+            Duration::from_millis(300)..Duration::from_millis(3_300),
+            Vec::new(),
+        )
         .await;
 }
 
@@ -292,13 +352,23 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     };
     tokio::join!(cluster.sell(&history), freeze);
     let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
-    let paused = answered(&history, "eu", StatusCode::SERVICE_UNAVAILABLE, frozen);
+    let paused = answered(
+        &history,
+        "eu",
+        StatusCode::SERVICE_UNAVAILABLE,
+        frozen.clone(),
+    );
     assert!(
         paused > 0,
         "eu's buyers beyond its quota waited for the coordinator"
     );
     cluster
-        .check(&history, "coordinator SIGSTOP from 0.3 s to 3.3 s")
+        .check(
+            &history,
+            "coordinator SIGSTOP from 0.3 s to 3.3 s",
+            frozen,
+            Vec::new(),
+        )
         .await;
 }
 
@@ -334,6 +404,61 @@ async fn an_agent_whose_database_connections_are_cut_recovers(pool: PgPool) {
         .check(
             &history,
             "eu's database connections terminated at 0.25, 0.5 and 0.75 s",
+            Duration::from_millis(250)..Duration::from_millis(750),
+            Vec::new(),
+        )
+        .await;
+}
+
+/// Goal: eu's agent is frozen (SIGSTOP) for 3 s from 0.3 s into the sale.
+/// Its buyers wait (nothing can answer for a stopped process) and are
+/// answered after SIGCONT; us keeps selling throughout; nothing is lost.
+async fn a_frozen_agent_delays_only_its_own_buyers(db: TestDb) {
+    let cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
+    let freeze = async {
+        tokio::time::sleep(frozen.start).await;
+        cluster.region("eu").agent.signal("-STOP");
+        tokio::time::sleep(frozen.end - frozen.start).await;
+        cluster.region("eu").agent.signal("-CONT");
+    };
+    tokio::join!(cluster.sell(&history), freeze);
+    let us = answered(&history, "us", StatusCode::CREATED, frozen.clone());
+    assert!(us > 0, "us sold while eu was frozen");
+    cluster
+        .check(
+            &history,
+            "eu's agent SIGSTOP from 0.3 s to 3.3 s",
+            frozen.clone(),
+            vec![("eu".to_owned(), frozen)],
+        )
+        .await;
+}
+
+/// Goal: every agent is restarted in turn (SIGTERM, which drains, then a
+/// new process on the same database) during the sale, as a deploy would.
+/// Each new process takes a new epoch and reloads; buyers of a region that
+/// is down retry; every acknowledged hold survives and the sale sells out.
+async fn a_rolling_restart_of_the_agents_loses_no_hold(db: TestDb) {
+    let mut cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let sale = tokio::spawn(cluster.sell(&history));
+    let mut down = Vec::new();
+    for name in ["eu", "us"] {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let from = history.now();
+        cluster.region_mut(name).restart().await;
+        down.push((name.to_owned(), from..history.now()));
+    }
+    sale.await.unwrap();
+    let fault = down[0].1.start..down[down.len() - 1].1.end;
+    cluster
+        .check(
+            &history,
+            "eu's agent restarted at 0.2 s, then us's",
+            fault,
+            down,
         )
         .await;
 }

@@ -15,6 +15,7 @@
 //! be read and repeated.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,10 @@ pub struct Expect {
     pub staleness: Duration,
     /// The test's fault schedule, printed with any violation.
     pub schedule: String,
+    /// Windows in which a region's process was down or frozen: a request
+    /// to it sent then may go unanswered or answer late (nothing can
+    /// answer for a stopped process).
+    pub down: Vec<(String, Range<Duration>)>,
 }
 
 impl History {
@@ -126,6 +131,35 @@ impl History {
         self.ops.lock().unwrap().clone()
     }
 
+    /// What the buyers heard, for the test's output: answers by outcome
+    /// (`-` for no answer) and the slowest answer, per region, in `window`.
+    pub fn summary(&self, window: Range<Duration>) -> String {
+        let mut by_region: BTreeMap<String, (BTreeMap<String, usize>, Duration)> = BTreeMap::new();
+        for op in self
+            .ops()
+            .into_iter()
+            .filter(|op| window.contains(&op.sent))
+        {
+            let entry = by_region.entry(op.region.clone()).or_default();
+            let outcome = match (op.status, op.outcome.as_str()) {
+                (None, _) => "-".to_owned(),
+                (Some(status), "") => status.as_u16().to_string(),
+                (Some(_), outcome) => outcome.to_owned(),
+            };
+            *entry.0.entry(outcome).or_default() += 1;
+            entry.1 = entry.1.max(op.answered - op.sent);
+        }
+        by_region
+            .iter()
+            .map(|(region, (outcomes, slowest))| {
+                let counts: Vec<String> =
+                    outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+                format!("{region}: {}; slowest {slowest:.2?}", counts.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Keys answered HELD, with the region that held them.
     pub fn held_keys(&self) -> BTreeMap<String, String> {
         self.ops()
@@ -143,7 +177,10 @@ impl History {
         let mut violations = Vec::new();
         for op in &ops {
             let waited = op.answered - op.sent;
-            if op.status.is_none() || waited > expect.answer_within {
+            let excused = expect.down.iter().any(|(region, window)| {
+                *region == op.region && op.sent < window.end && op.answered >= window.start
+            });
+            if !excused && (op.status.is_none() || waited > expect.answer_within) {
                 violations.push(format!(
                     "{} in {} sent at {:?}: {} after {waited:?}",
                     op.key,
