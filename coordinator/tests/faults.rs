@@ -29,6 +29,7 @@ coordinator_tests!(
     a_frozen_coordinator_delays_but_loses_nothing,
     a_frozen_agent_delays_only_its_own_buyers,
     a_rolling_restart_of_the_agents_loses_no_hold,
+    a_link_that_resets_then_crawls_loses_nothing,
 );
 postgres_only!(
     migrator: coordinator::store::POSTGRES_MIGRATOR;
@@ -459,6 +460,33 @@ async fn a_rolling_restart_of_the_agents_loses_no_hold(db: TestDb) {
             "eu's agent restarted at 0.2 s, then us's",
             fault,
             down,
+        )
+        .await;
+}
+
+/// Goal: eu's link resets every connection for 1 s from 0.2 s into the
+/// sale, then carries everything 150 ms late (each way) for 2 s. Resets
+/// fail calls at once (eu answers 503 for what needs the coordinator and
+/// retries); the slow link only slows the moves; nothing is lost.
+async fn a_link_that_resets_then_crawls_loses_nothing(db: TestDb) {
+    let cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let eu = cluster.region("eu");
+    let fault = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        eu.proxy.set(Fault::Reset);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        eu.proxy.set(Fault::Delay(Duration::from_millis(150)));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        eu.proxy.set(Fault::Pass);
+    };
+    tokio::join!(cluster.sell(&history), fault);
+    cluster
+        .check(
+            &history,
+            "eu's link resets from 0.2 s to 1.2 s, then 150 ms late each way to 3.2 s",
+            Duration::from_millis(200)..Duration::from_millis(3_200),
+            Vec::new(),
         )
         .await;
 }
