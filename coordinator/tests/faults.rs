@@ -21,6 +21,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
 use test_support::history::{Expect, History};
+use test_support::pg_server::PgServer;
 use test_support::proxy::{Direction, Fault, Proxy};
 
 coordinator_tests!(
@@ -46,8 +47,9 @@ const ARRIVALS: Duration = Duration::from_secs(1);
 /// A buyer retries a 503 this often, with the same key.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Longest any answer may take: the agent's wait timeout (2 s), with room
-/// for the commit that carries it.
-const ANSWER_WITHIN: Duration = Duration::from_millis(2_500);
+/// for the commit that carries it on a loaded machine. (Before takes gave
+/// up at their buyers' deadline, answers took 4 s.)
+const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 /// The agents' and the coordinator's sync interval.
 const SYNC_INTERVAL_MS: u64 = 100;
 
@@ -189,14 +191,22 @@ impl Cluster {
                 }));
             }
         }
+        let history = history.clone();
+        let admin = self.admin.clone();
         async move {
-            tokio::time::timeout(Duration::from_secs(90), async {
+            let done = tokio::time::timeout(Duration::from_secs(90), async {
                 for b in buyers {
                     b.await.unwrap();
                 }
             })
-            .await
-            .expect("every buyer has a final answer within 90 s");
+            .await;
+            if done.is_err() {
+                let view = admin.admin_sku("acme", "drop").await;
+                panic!(
+                    "buyers without a final answer after 90 s; answers so far:\n{}\nthe SKU: {view:#}",
+                    history.summary(Duration::ZERO..Duration::MAX)
+                );
+            }
         }
     }
 
@@ -209,6 +219,19 @@ impl Cluster {
         schedule: &str,
         fault: std::ops::Range<Duration>,
         down: Vec<(String, std::ops::Range<Duration>)>,
+    ) {
+        self.check_within(history, schedule, fault, down, ANSWER_WITHIN)
+            .await;
+    }
+
+    /// [`Self::check`] with its own bound on answers.
+    async fn check_within(
+        &self,
+        history: &History,
+        schedule: &str,
+        fault: std::ops::Range<Duration>,
+        down: Vec<(String, std::ops::Range<Duration>)>,
+        answer_within: Duration,
     ) {
         settled_audit(&self.admin, Duration::from_secs(30)).await;
         let settled_at = history.now();
@@ -245,7 +268,7 @@ impl Cluster {
             &Expect {
                 total: TOTAL,
                 held_or_sold,
-                answer_within: ANSWER_WITHIN,
+                answer_within,
                 staleness: Duration::from_secs(1),
                 schedule: schedule.to_owned(),
                 down,
@@ -487,6 +510,49 @@ async fn a_link_that_resets_then_crawls_loses_nothing(db: TestDb) {
             "eu's link resets from 0.2 s to 1.2 s, then 150 ms late each way to 3.2 s",
             Duration::from_millis(200)..Duration::from_millis(3_200),
             Vec::new(),
+        )
+        .await;
+}
+
+/// Goal: the PostgreSQL server under every process (a server of the
+/// test's own) restarts with a fast shutdown 0.3 s into the sale, cutting
+/// every connection and rolling back what was in flight. Buyers hear 503
+/// meanwhile and retry; every acknowledged hold is still there afterwards;
+/// the sale sells out and the books settle.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_database_server_restarting_under_load_loses_nothing() {
+    let Some(server) = PgServer::start() else {
+        assert!(
+            std::env::var_os("ESCROW_REQUIRE_POSTGRES").is_none(),
+            "no PostgreSQL server binaries to start a server of the test's own"
+        );
+        eprintln!("*** SKIPPING: no PostgreSQL server binaries (set PG_BIN) ***");
+        return;
+    };
+    let db = TestDb::postgres_on(
+        &server.url(),
+        "coordinator",
+        &coordinator::store::POSTGRES_MIGRATOR,
+    )
+    .await;
+    let cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let restart = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let from = history.now();
+        tokio::task::block_in_place(|| server.restart_fast());
+        from..history.now()
+    };
+    let ((), restarted) = tokio::join!(cluster.sell(&history), restart);
+    // A commit in flight when the server goes down ends only when its
+    // connection does, so an answer may come that much after its deadline.
+    cluster
+        .check_within(
+            &history,
+            "the database server restarted (fast) at 0.3 s",
+            restarted,
+            Vec::new(),
+            ANSWER_WITHIN + Duration::from_secs(2),
         )
         .await;
 }

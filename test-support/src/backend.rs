@@ -27,7 +27,7 @@ use sqlx::postgres::PgPool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, PgConnection, Row, SqliteConnection};
 
-use crate::db::{database_url, server_url};
+use crate::db::{database_url, server_of};
 use crate::poll::eventually;
 
 /// Which database a test runs on.
@@ -62,6 +62,22 @@ impl TestDb {
             pool: Pool::Postgres(pool),
             dir: None,
         }
+    }
+
+    /// A fresh database `name` on the PostgreSQL server at `server` (e.g. a
+    /// [`PgServer`](crate::pg_server::PgServer) of the test's own), with
+    /// `migrator`'s schema.
+    pub async fn postgres_on(server: &str, name: &str, migrator: &Migrator) -> Self {
+        let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
+        migrator.run(&pool).await.unwrap();
+        Self::postgres(pool)
     }
 
     /// A fresh SQLite file in a new temporary directory, with `migrator`'s
@@ -111,7 +127,8 @@ impl TestDb {
                     &base[base.len().saturating_sub(24)..],
                     name.replace('-', "_")
                 );
-                let mut admin = PgConnection::connect(&format!("{}/postgres", server_url()))
+                let server = server_of(pool);
+                let mut admin = PgConnection::connect(&format!("{server}/postgres"))
                     .await
                     .unwrap();
                 sqlx::query(&format!(
@@ -124,7 +141,7 @@ impl TestDb {
                     .execute(&mut admin)
                     .await
                     .unwrap();
-                let url = format!("{}/{sibling}", server_url());
+                let url = format!("{server}/{sibling}");
                 let pool = PgPool::connect(&url).await.unwrap();
                 postgres.run(&pool).await.unwrap();
                 Self {

@@ -8,8 +8,8 @@
 //! processes and their sockets ([`process`]), requests written by hand
 //! ([`raw`]), database URLs ([`db`]), capturing what a service logs
 //! ([`log`]), and the fault harness: a proxy that breaks a link on command
-//! ([`proxy`]) and a history of buyers' requests with its checks
-//! ([`history`]). What only one service's tests need stays in that
+//! ([`proxy`]), a PostgreSQL server of the test's own ([`pg_server`]) and
+//! a history of buyers' requests with its checks ([`history`]). What only one service's tests need stays in that
 //! service's `tests/common`.
 
 #![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
@@ -19,6 +19,7 @@ pub mod backend;
 pub mod db;
 pub mod history;
 pub mod log;
+pub mod pg_server;
 pub mod poll;
 pub mod process;
 pub mod proxy;
@@ -27,7 +28,7 @@ pub mod serve;
 
 pub use api::{client, Api, Final, ACME_KEY, ADMIN, OTHER_KEY};
 pub use backend::{Backend, Locked, TestDb};
-pub use db::{database_url, server_url};
+pub use db::{database_url, server_of, server_url};
 pub use poll::eventually;
 pub use process::{binary, free_port, service, wait_ready, Proc};
 pub use serve::Served;

@@ -1,0 +1,157 @@
+//! A throwaway PostgreSQL server a test owns: its own data directory and
+//! port, so the test can restart it under load without touching the
+//! machine's server. Run as root, its commands run as the `postgres` user
+//! (PostgreSQL refuses to run as root).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::process::free_port;
+
+/// A PostgreSQL server in a temporary directory, stopped and removed on
+/// drop.
+pub struct PgServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl PgServer {
+    /// Initialises and starts a new server with trust authentication for
+    /// user `postgres` on loopback; `None` if PostgreSQL's server binaries
+    /// are not installed (then a test should skip, loudly).
+    pub fn start() -> Option<Self> {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let bin = server_binaries()?;
+        let dir = std::env::temp_dir().join(format!(
+            "escrow-pg-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = Self {
+            bin,
+            dir,
+            port: free_port(),
+        };
+        if is_root() {
+            let owner = Command::new("chown")
+                .args(["postgres:postgres", &server.dir.display().to_string()])
+                .status()
+                .unwrap();
+            assert!(owner.success(), "chown of the data directory failed");
+        }
+        server.run(
+            "initdb",
+            &[
+                "-D",
+                &server.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+            ],
+        );
+        server.pg_ctl(&["start"]);
+        Some(server)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT`, the server without a database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
+    /// Restarts the server with a fast shutdown: every connection is cut,
+    /// transactions in flight roll back, committed ones stay.
+    pub fn restart_fast(&self) {
+        self.pg_ctl(&["restart", "-m", "fast"]);
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn pg_ctl(&self, action: &[&str]) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        let data = self.data();
+        let mut args = vec!["-D", &data, "-w", "-l", &log, "-o", &options];
+        args.extend_from_slice(action);
+        self.run("pg_ctl", &args);
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let program = self.bin.join(program);
+        let mut cmd = if is_root() {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", "postgres", "--"]).arg(&program);
+            cmd
+        } else {
+            Command::new(&program)
+        };
+        let out = cmd.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}{}",
+            program.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let program = self.bin.join("pg_ctl");
+        let data = self.data();
+        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
+        let _ = if is_root() {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(&program)
+                .args(args)
+                .output()
+        } else {
+            Command::new(&program).args(args).output()
+        };
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The directory of `initdb` and `pg_ctl`: `PG_BIN` if set, else the
+/// newest `/usr/lib/postgresql/*/bin` (Debian's layout).
+fn server_binaries() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| bin.join("initdb").exists() && bin.join("pg_ctl").exists())
+        .collect();
+    found.sort_by_key(|p| version_of(p));
+    found.pop()
+}
+
+fn version_of(bin: &Path) -> u32 {
+    bin.parent()
+        .and_then(|p| p.file_name())
+        .and_then(|v| v.to_str())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn is_root() -> bool {
+    // The effective uid, as `id -u` prints it.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
