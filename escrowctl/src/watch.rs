@@ -12,7 +12,7 @@ mod screen;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -239,10 +239,18 @@ pub async fn run(
                 json!({"error": format!("coordinator unreachable: {reason}")})
             }
         };
-        match &mut screen {
-            Some(screen) => screen.draw(&watcher.shown, interval)?,
-            None if output.json => println!("{json}"),
-            None => println!("{}", line(&watcher.shown)),
+        let printed = match &mut screen {
+            Some(screen) => {
+                screen.draw(&watcher.shown, interval)?;
+                Ok(())
+            }
+            None if output.json => print_line(&json.to_string()),
+            None => print_line(&line(&watcher.shown)),
+        };
+        match printed {
+            // Whoever read the lines (`| head`, a closed log) stopped reading.
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => break,
+            printed => printed.context("printing to stdout")?,
         }
         if output.once {
             break;
@@ -250,6 +258,12 @@ pub async fn run(
     }
     drop(screen);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `text` and a newline to stdout, at once (stdout is line
+/// buffered), returning the error `println!` would panic on.
+fn print_line(text: &str) -> io::Result<()> {
+    writeln!(io::stdout().lock(), "{text}")
 }
 
 /// Returns once a stop is asked for; never if nothing can ask any more.
