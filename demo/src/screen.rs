@@ -6,24 +6,19 @@
 //! total, so the regions compare at a glance), the sale rate, and the
 //! answers its buyers got; above them the coordinator's pool, units in
 //! transit, mode, and the audit's drift. The terminal is in raw mode while
-//! the view is open, so Ctrl-C arrives as a key: a thread reads the keys
-//! and asks the demo to stop on `q`, Esc or Ctrl-C.
+//! the view is open, so Ctrl-C arrives as a key: [`term_view::Screen`]'s
+//! thread reads the keys and asks the demo to stop on `q`, Esc or Ctrl-C.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use bench::outcome::Outcome;
 use bench::report::thousands;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::symbols;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Gauge, LineGauge, Paragraph};
-use ratatui::{DefaultTerminal, Frame, TerminalOptions, Viewport};
+use ratatui::widgets::{Block, Gauge, Paragraph};
+use ratatui::{Frame, Viewport};
+use term_view::RegionBars;
 use tokio::sync::watch;
 
 use crate::live::{RegionLine, Snapshot};
@@ -33,11 +28,9 @@ const HEADER_ROWS: u16 = 4;
 /// Rows of the whole sale's gauge.
 const TOTAL_ROWS: u16 = 3;
 /// Rows of one region's block (three bars and its borders).
-const REGION_ROWS: u16 = 5;
+const REGION_ROWS: u16 = term_view::BAR_ROWS + 2;
 /// Rows of the key help under the regions.
 const FOOTER_ROWS: u16 = 1;
-/// How often a key is looked for, so the key thread notices the view closing.
-const KEY_POLL: Duration = Duration::from_millis(100);
 
 /// The view's rows for `regions` regions.
 pub fn height(regions: usize) -> u16 {
@@ -47,9 +40,7 @@ pub fn height(regions: usize) -> u16 {
 
 /// The open view.
 pub struct Screen {
-    terminal: DefaultTerminal,
-    closed: Arc<AtomicBool>,
-    keys: Option<JoinHandle<()>>,
+    screen: term_view::Screen,
     footer: String,
 }
 
@@ -58,84 +49,20 @@ impl Screen {
     /// `regions` regions; `stop` is set when a stop key is pressed.
     /// `footer` is shown under the regions.
     pub fn open(regions: usize, stop: watch::Sender<bool>, footer: String) -> io::Result<Self> {
-        let terminal = ratatui::try_init_with_options(TerminalOptions {
-            viewport: Viewport::Inline(height(regions)),
-        })?;
-        let closed = Arc::new(AtomicBool::new(false));
-        let keys = {
-            let closed = closed.clone();
-            std::thread::spawn(move || read_keys(&closed, &stop))
-        };
-        Ok(Self {
-            terminal,
-            closed,
-            keys: Some(keys),
-            footer,
-        })
+        let screen = term_view::Screen::open(Viewport::Inline(height(regions)), stop)?;
+        Ok(Self { screen, footer })
     }
 
     /// Draws `snapshot`.
     pub fn draw(&mut self, snapshot: &Snapshot) -> io::Result<()> {
         let footer = &self.footer;
-        self.terminal
-            .draw(|frame| draw(frame, snapshot, footer))
-            .map(|_| ())
+        self.screen.draw(|frame| draw(frame, snapshot, footer))
     }
 
     /// Draws `snapshot` one last time, without the key help, and gives
     /// the terminal back as it was; what is printed next goes under the view.
-    pub fn close(mut self, snapshot: &Snapshot) -> io::Result<()> {
-        self.footer = String::new();
-        let drawn = self.draw(snapshot);
-        self.stop_keys();
-        ratatui::restore();
-        // The cursor is left on the view's last (now empty) row.
-        println!();
-        drawn
-    }
-
-    fn stop_keys(&mut self) {
-        self.closed.store(true, Ordering::Relaxed);
-        if let Some(keys) = self.keys.take() {
-            if keys.join().is_err() {
-                tracing::warn!("the key thread panicked");
-            }
-        }
-    }
-}
-
-impl Drop for Screen {
-    /// A view dropped without [`Screen::close`] (an error) still gives the
-    /// terminal back.
-    fn drop(&mut self) {
-        if self.keys.is_some() {
-            self.stop_keys();
-            ratatui::restore();
-        }
-    }
-}
-
-/// Sets `stop` on `q`, Esc or Ctrl-C, until `closed`.
-fn read_keys(closed: &AtomicBool, stop: &watch::Sender<bool>) {
-    while !closed.load(Ordering::Relaxed) {
-        match event::poll(KEY_POLL) {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(error) => {
-                tracing::warn!(%error, "reading keys failed; only signals stop the demo now");
-                return;
-            }
-        }
-        let Ok(Event::Key(key)) = event::read() else {
-            continue;
-        };
-        let ctrl_c =
-            key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
-        if key.kind == KeyEventKind::Press
-            && (ctrl_c || matches!(key.code, KeyCode::Char('q') | KeyCode::Esc))
-        {
-            stop.send_replace(true);
-        }
+    pub fn close(self, snapshot: &Snapshot) -> io::Result<()> {
+        self.screen.close(|frame| draw(frame, snapshot, ""))
     }
 }
 
@@ -243,19 +170,16 @@ fn draw_region(frame: &mut Frame, r: &RegionLine, units: u64, area: Rect) {
     frame.render_widget(block, area);
     let [bars, answers] =
         Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(inner);
-    let bar_rows = Layout::vertical([Constraint::Length(1); 3]).split(bars);
-    let bar = |label: &str, value: i64, colour: Color| {
-        let ratio = (value as f64 / units.max(1) as f64).clamp(0.0, 1.0);
-        LineGauge::default()
-            .filled_style(Style::new().fg(colour))
-            .unfilled_style(Style::new().fg(Color::DarkGray))
-            .line_set(symbols::line::THICK)
-            .label(format!("{label:<9} {:>7}", thousands(value as f64)))
-            .ratio(ratio)
-    };
-    frame.render_widget(bar("available", r.available, Color::Cyan), bar_rows[0]);
-    frame.render_widget(bar("held", r.held, Color::Yellow), bar_rows[1]);
-    frame.render_widget(bar("sold", r.sold, Color::Green), bar_rows[2]);
+    frame.render_widget(
+        RegionBars {
+            available: r.available,
+            held: r.held,
+            sold: r.sold,
+            scale: units,
+            number: &|value| thousands(value as f64),
+        },
+        bars,
+    );
     let a = &r.buyers.answers;
     let lines = vec![
         Line::from(format!(

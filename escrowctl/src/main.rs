@@ -4,7 +4,10 @@
 //! the last); output is a table for people or the API's JSON with `--json`.
 //! `audit` exits 1 when any SKU drifts or a region's report is stale, so it
 //! can gate a deploy or page someone. `completions` prints a shell's
-//! completion script and calls nothing.
+//! completion script and calls nothing. `sku watch` reads a SKU's view
+//! again and again and shows it live ([`watch`]).
+
+mod watch;
 
 use std::process::ExitCode;
 
@@ -66,6 +69,34 @@ enum Top {
 
 #[derive(Debug, Subcommand)]
 enum SkuCommand {
+    #[command(flatten)]
+    Call(SkuCall),
+    /// Show the SKU live, refreshed every interval, until q, Esc or Ctrl-C.
+    ///
+    /// Per region: available/held/sold bars, sale rate and report age; the
+    /// pool, units in transit, mode, paused, drift and sales per second.
+    /// One plain line per refresh when stdout is not a terminal (or with
+    /// --plain, --once or --json); a coordinator that does not answer is
+    /// retried at every refresh.
+    Watch {
+        /// TENANT/SKU.
+        id: String,
+        /// Time between refreshes, in ms (100..=3600000).
+        #[arg(long, default_value_t = 1000,
+              value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+        interval_ms: u64,
+        /// One plain line per refresh, even on a terminal.
+        #[arg(long)]
+        plain: bool,
+        /// Print one refresh and exit.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+/// The `sku` subcommands that are one API call (`list` one per page).
+#[derive(Debug, Subcommand)]
+enum SkuCall {
     /// Create a SKU or change its total and settings.
     Put {
         /// TENANT/SKU.
@@ -177,6 +208,21 @@ fn weights(raw: &[String]) -> anyhow::Result<Option<Value>> {
     Ok(Some(Value::Object(map)))
 }
 
+/// A non-2xx answer: its status and body.
+#[derive(Debug)]
+struct Refused {
+    status: reqwest::StatusCode,
+    body: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status, self.body)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 struct Api {
     url: String,
     token: Option<String>,
@@ -224,7 +270,7 @@ impl Api {
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
         if !status.is_success() {
-            bail!("{status}: {text}");
+            return Err(Refused { status, body: text }.into());
         }
         serde_json::from_str(&text).context("the server's answer is not JSON")
     }
@@ -361,10 +407,10 @@ fn list_table(answer: &Value) -> String {
 }
 
 /// One `sku` subcommand: the API's answer and its table.
-async fn sku(api: &Api, command: SkuCommand) -> anyhow::Result<(Value, String)> {
+async fn sku(api: &Api, command: SkuCall) -> anyhow::Result<(Value, String)> {
     use reqwest::Method;
     let answer = match command {
-        SkuCommand::Put {
+        SkuCall::Put {
             id,
             total,
             regions,
@@ -391,21 +437,21 @@ async fn sku(api: &Api, command: SkuCommand) -> anyhow::Result<(Value, String)> 
             }
             api.call(Method::PUT, &sku_path(&id)?, Some(body)).await?
         }
-        SkuCommand::List { tenant, limit } => {
+        SkuCall::List { tenant, limit } => {
             let answer = list(api, tenant.as_deref(), limit).await?;
             let human = list_table(&answer);
             return Ok((answer, human));
         }
-        SkuCommand::Show { id } => api.call(Method::GET, &sku_path(&id)?, None).await?,
-        SkuCommand::Pause { id } => {
+        SkuCall::Show { id } => api.call(Method::GET, &sku_path(&id)?, None).await?,
+        SkuCall::Pause { id } => {
             api.call(Method::POST, &format!("{}/pause", sku_path(&id)?), None)
                 .await?
         }
-        SkuCommand::Resume { id } => {
+        SkuCall::Resume { id } => {
             api.call(Method::POST, &format!("{}/resume", sku_path(&id)?), None)
                 .await?
         }
-        SkuCommand::AddStock { id, qty } => {
+        SkuCall::AddStock { id, qty } => {
             api.call(
                 Method::POST,
                 &format!("{}/add-stock", sku_path(&id)?),
@@ -429,7 +475,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     use reqwest::Method;
     let (answer, human) = match cli.command {
-        Top::Sku { command } => sku(&api, command).await?,
+        Top::Sku {
+            command:
+                SkuCommand::Watch {
+                    id,
+                    interval_ms,
+                    plain,
+                    once,
+                },
+        } => {
+            let output = watch::Output {
+                plain,
+                once,
+                json: cli.json,
+            };
+            let interval = std::time::Duration::from_millis(interval_ms);
+            return watch::run(&api, &id, &sku_path(&id)?, interval, output).await;
+        }
+        Top::Sku {
+            command: SkuCommand::Call(call),
+        } => sku(&api, call).await?,
         Top::Audit => {
             let answer = api.call(Method::GET, "/v1/admin/audit", None).await?;
             let skus = answer["skus"].as_array().cloned().unwrap_or_default();

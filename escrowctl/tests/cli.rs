@@ -1,19 +1,26 @@
 //! escrowctl against a real coordinator: each subcommand works, `--json`
-//! is the API's JSON, `sku list` reads every page, and `audit` exits 1 on
-//! drift or a stale report; `completions` needs no coordinator. The
+//! is the API's JSON, `sku list` reads every page, `audit` exits 1 on
+//! drift or a stale report, and `sku watch` follows a sale on a real
+//! region agent; `completions` needs no coordinator. The
 //! coordinator runs on PostgreSQL and on SQLite (`NAME::postgres`,
 //! `NAME::sqlite`), so the CLI is tested without a PostgreSQL server too.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
 
 use coordinator::auth::Auth;
 use coordinator::store::Store;
-use escrow_core::RegionName;
+use escrow_core::{RegionName, Tenant};
+use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
+use reqwest::StatusCode;
 use serde_json::Value;
-use test_support::TestDb;
+use test_support::{Served, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::TcpListener;
+use tokio::process::{Child, ChildStdout};
 
 test_support::on_both_backends!(
     postgres: coordinator::store::POSTGRES_MIGRATOR,
@@ -21,16 +28,19 @@ test_support::on_both_backends!(
     subcommands_and_audit_exit_status,
     sku_put_chooses_the_policy,
     sku_list_reads_every_page,
+    sku_watch_follows_a_sale,
 );
 
-const ADMIN: &str = "admin-secret";
+const ADMIN: &str = test_support::ADMIN;
+/// Region `eu`'s token at the coordinator.
+const REGION_TOKEN: &str = "t";
 
 async fn serve(db: &TestDb) -> String {
     let state = coordinator::AppState::new(
         Store::open(db.url(), 4).await.unwrap(),
         Auth::new(
             Some(ADMIN.to_owned()),
-            vec![(RegionName::parse("eu").unwrap(), "t".to_owned())],
+            vec![(RegionName::parse("eu").unwrap(), REGION_TOKEN.to_owned())],
         ),
         coordinator::policies::Policies::new("tail-merge", 200).unwrap(),
         10_000,
@@ -355,4 +365,230 @@ fn completions_print_a_script() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A region agent for `eu` under the coordinator at `url`, served in this
+/// process on its own database (same backend as `db`, returned to be kept
+/// until the agent stops), syncing every 50 ms.
+async fn agent(db: &TestDb, url: &str) -> (Served, TestDb) {
+    let db = db
+        .sibling(
+            "agent-eu",
+            &region_agent::store::postgres::MIGRATOR,
+            &region_agent::store::sqlite::MIGRATOR,
+        )
+        .await;
+    let eu = RegionName::parse("eu").unwrap();
+    let http = HttpCoordinator::new(
+        url,
+        eu.clone(),
+        REGION_TOKEN.to_owned(),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let settings = region_agent::AgentSettings {
+        region: eu,
+        auth: region_agent::auth::Auth::new(
+            vec![(
+                Tenant::parse("acme").unwrap(),
+                test_support::ACME_KEY.to_owned(),
+            )],
+            Some(ADMIN.to_owned()),
+        ),
+        limits: region_agent::owner::Limits {
+            max_in_flight: 64,
+            max_waiting: 1024,
+            wait_timeout_ms: 10_000,
+        },
+        coordinator: Some(Arc::new(CoordinatorLink::new(Arc::new(http), 50))),
+    };
+    let state = region_agent::start(
+        region_agent::store::open(db.url(), 4).await.unwrap(),
+        Arc::new(region_agent::clock::SystemClock),
+        settings,
+    )
+    .await
+    .unwrap();
+    let served = Served::start(None, |listener, shutdown| {
+        region_agent::run(listener, state, shutdown)
+    })
+    .await;
+    (served, db)
+}
+
+/// `escrowctl ARGS` against `url`, its stdout read line by line.
+fn watch(url: &str, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
+        .args(["--url", url, "--token", ADMIN])
+        .args(args)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// The next line of a watch, failing the test after 10 s.
+async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("no line from the watch within 10 s")
+        .unwrap()
+        .expect("the watch ended")
+}
+
+/// Goal: `sku watch --plain --once` prints one line with the SKU's pool,
+/// mode and regions as the coordinator has them; `sku watch --plain`
+/// prints a line per refresh whose numbers follow holds and sales made on
+/// a real agent and an add-stock, with a sales rate from successive
+/// polls; an unknown SKU ends the watch with exit status 2 and the answer.
+async fn sku_watch_follows_a_sale(db: TestDb) {
+    let url = serve(&db).await;
+    let out = ctl(
+        &url,
+        &[
+            "sku",
+            "put",
+            "acme/drop",
+            "--total",
+            "100",
+            "--regions",
+            "eu=1",
+        ],
+    )
+    .await;
+    assert!(out.status.success());
+
+    let out = ctl(&url, &["sku", "watch", "acme/drop", "--plain", "--once"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let shown = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    for part in [
+        "acme/drop".to_owned(),
+        format!("mode {}", shown["mode"].as_str().unwrap()),
+        format!("pool {}", shown["pool"]),
+        "total 100".to_owned(),
+        "| eu available 0 held 0 sold 0".to_owned(),
+        // A region that never reported while its grant is in transit.
+        "report - STALE".to_owned(),
+    ] {
+        assert!(stdout.contains(&part), "{part:?} not in {stdout}");
+    }
+
+    // With --json, the coordinator's view itself.
+    let out = ctl(
+        &url,
+        &["--json", "sku", "watch", "acme/drop", "--plain", "--once"],
+    )
+    .await;
+    assert_eq!(json(&out)["pool"], shown["pool"]);
+
+    let (agent, _agent_db) = agent(&db, &url).await;
+    let buyer = test_support::Api::new(&agent.url);
+    test_support::eventually(
+        "the agent's first grant",
+        Duration::from_secs(10),
+        async || {
+            buyer.admin_sku("acme", "drop").await["available"]
+                .as_i64()
+                .is_some_and(|a| a > 0)
+        },
+    )
+    .await;
+    let (mut child, mut lines) = watch(
+        &url,
+        &[
+            "sku",
+            "watch",
+            "acme/drop",
+            "--plain",
+            "--interval-ms",
+            "100",
+        ],
+    );
+    let first = next_line(&mut lines).await;
+    for i in 0..3 {
+        let key = format!("order-{i}");
+        let held = buyer
+            .reserve_until_final(&key, &format!("user-{i}"), "drop")
+            .await;
+        assert_eq!(held.status, StatusCode::CREATED, "{:?}", held.body);
+        let (status, body) = buyer.action(&key, "confirm").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert!(ctl(&url, &["sku", "add-stock", "acme/drop", "5"])
+        .await
+        .status
+        .success());
+    let mut seen = vec![first];
+    while !seen.last().unwrap().contains("total 105") || !seen.last().unwrap().contains(" sold 3 ")
+    {
+        seen.push(next_line(&mut lines).await);
+    }
+    // And it goes on refreshing.
+    seen.push(next_line(&mut lines).await);
+    child.kill().await.unwrap();
+    assert!(seen[0].contains("total 100"), "{seen:#?}");
+    assert!(seen[0].contains(" sold 0 "), "{seen:#?}");
+    assert!(seen.last().unwrap().contains("total 105"), "{seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("| eu available") && !l.contains("STALE")),
+        "the agent's reports never arrived: {seen:#?}"
+    );
+    // Three sales between two polls 100 ms apart show as a rate above 0.
+    assert!(
+        seen.iter().skip(1).any(|l| !l.contains(" sales 0.00/s")),
+        "{seen:#?}"
+    );
+
+    let out = ctl(&url, &["sku", "watch", "acme/missing", "--plain"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_SKU"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    agent.stop().await;
+}
+
+/// Goal: a watch of a coordinator that does not answer keeps trying and
+/// says so on every refresh (and `--once` exits 2), rather than giving up;
+/// it ends with exit status 0 when its reader closes the pipe.
+#[tokio::test]
+async fn sku_watch_keeps_retrying_an_unreachable_coordinator() {
+    let closed = format!("http://127.0.0.1:{}", test_support::free_port());
+    let (mut child, mut lines) = watch(
+        &closed,
+        &[
+            "sku",
+            "watch",
+            "acme/drop",
+            "--plain",
+            "--interval-ms",
+            "100",
+        ],
+    );
+    for _ in 0..3 {
+        let line = next_line(&mut lines).await;
+        assert!(line.contains("coordinator unreachable"), "{line}");
+    }
+    assert_eq!(child.try_wait().unwrap(), None, "the watch gave up");
+    // A reader that stops reading (`| head`) ends the watch quietly.
+    drop(lines);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the watch went on printing to a closed pipe")
+        .unwrap();
+    assert!(status.success(), "{status}");
+
+    let out = ctl(&closed, &["sku", "watch", "acme/drop", "--once"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("coordinator unreachable"));
 }
