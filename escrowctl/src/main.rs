@@ -59,6 +59,16 @@ enum Top {
     Audit,
     /// Region agents and their last sync.
     Regions,
+    /// Delete what ended more than --older-than-s ago: at the coordinator
+    /// delivered grants and admin idempotency keys, at a region agent
+    /// released and expired reservations (their keys may then be reused)
+    /// and confirmed grants. Sales are kept. Runs in short batches, safe
+    /// during a sale.
+    Prune {
+        /// The retention window, seconds (at least 60); e.g. 86400 for a day.
+        #[arg(long)]
+        older_than_s: u64,
+    },
     /// Print the completion script for SHELL (bash, zsh, fish, elvish,
     /// powershell), e.g. `escrowctl completions bash > /etc/bash_completion.d/escrowctl`.
     Completions {
@@ -542,6 +552,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ]);
             }
             (answer, table.to_string())
+        }
+        Top::Prune { older_than_s } => {
+            let body = serde_json::json!({"older_than_s": older_than_s});
+            let answer = api
+                .call(Method::POST, "/v1/admin/prune", Some(body))
+                .await?;
+            let counts = answer
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(what, n)| format!("{what} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            (answer, format!("pruned: {counts}"))
         }
         Top::Completions { shell } => {
             clap_complete::generate(

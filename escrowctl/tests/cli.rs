@@ -1,7 +1,8 @@
 //! escrowctl against a real coordinator: each subcommand works, `--json`
 //! is the API's JSON, `sku list` reads every page, `audit` exits 1 on
 //! drift or a stale report, and `sku watch` follows a sale on a real
-//! region agent; `completions` needs no coordinator. The
+//! region agent; `prune` deletes only what is older than its window;
+//! `completions` needs no coordinator. The
 //! coordinator runs on PostgreSQL and on SQLite (`NAME::postgres`,
 //! `NAME::sqlite`), so the CLI is tested without a PostgreSQL server too.
 
@@ -29,6 +30,7 @@ test_support::on_both_backends!(
     sku_put_chooses_the_policy,
     sku_list_reads_every_page,
     sku_watch_follows_a_sale,
+    prune_reports_what_it_deleted,
 );
 
 const ADMIN: &str = test_support::ADMIN;
@@ -591,4 +593,44 @@ async fn sku_watch_keeps_retrying_an_unreachable_coordinator() {
     let out = ctl(&closed, &["sku", "watch", "acme/drop", "--once"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("coordinator unreachable"));
+}
+
+/// Goal: `prune --older-than-s N` deletes what is older than N seconds and
+/// says how much; a window under a minute exits 2 with the reason.
+async fn prune_reports_what_it_deleted(db: TestDb) {
+    let url = serve(&db).await;
+    let out = ctl(
+        &url,
+        &[
+            "--idempotency-key",
+            "k1",
+            "sku",
+            "put",
+            "acme/drop",
+            "--total",
+            "5",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let out = ctl(&url, &["prune", "--older-than-s", "3600"]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "pruned: admin_keys 0, grants 0"
+    );
+    let age = match db.backend() {
+        test_support::Backend::Postgres => {
+            "UPDATE admin_requests SET created_at = created_at - interval '2 hours'"
+        }
+        test_support::Backend::Sqlite => {
+            "UPDATE admin_requests SET created_at = created_at - 7200000"
+        }
+    };
+    db.execute(age).await;
+    let out = ctl(&url, &["--json", "prune", "--older-than-s", "3600"]).await;
+    assert_eq!(json(&out)["admin_keys"], 1);
+    let out = ctl(&url, &["prune", "--older-than-s", "5"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("older_than_s"));
 }

@@ -6,9 +6,9 @@
 //! This map lets the request path tell the two apart from memory: a known
 //! key is looked up, an unknown one on a sold-out SKU is refused at once.
 //! It also routes confirm, release and extend to the owner of the key's
-//! SKU without reading the row first. It holds every key ever committed
-//! (loaded at start), so its size is the number of reservation rows; each
-//! SKU's name is stored once and shared.
+//! SKU without reading the row first. It holds every key committed and
+//! not pruned (loaded at start), so its size is the number of reservation
+//! rows; each SKU's name is stored once and shared.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -57,6 +57,14 @@ impl KnownKeys {
     /// Records a newly committed key of `sku`.
     pub fn insert(&self, tenant: &Tenant, sku: &Sku, key: RequestKey) {
         self.extend(tenant, sku, [key]);
+    }
+
+    /// Forgets `key` of `tenant`: its reservation was pruned.
+    pub fn remove(&self, tenant: &Tenant, key: &RequestKey) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(keys) = inner.by_tenant.get_mut(tenant) {
+            keys.remove(key);
+        }
     }
 
     /// Records many committed keys of `sku`.

@@ -55,7 +55,7 @@ pub struct AddStockBody {
     qty: i64,
 }
 
-fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if state.auth().is_admin(headers) {
         Ok(())
     } else {

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod error;
 pub mod region;
+pub mod retention;
 
 use std::time::Duration;
 
@@ -75,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/skus/{tenant}/{sku}/pause", post(admin::pause))
         .route("/v1/admin/skus/{tenant}/{sku}/resume", post(admin::resume))
         .route("/v1/admin/audit", get(admin::audit))
+        .route("/v1/admin/prune", post(retention::prune))
         .route("/v1/admin/regions", get(admin::regions))
         .route("/v1/regions/{region}/sync", post(region::sync))
         .route("/v1/regions/{region}/take", post(region::take))

@@ -18,6 +18,7 @@ pub mod admin;
 mod backend;
 mod books;
 pub mod region;
+pub mod retention;
 
 use std::sync::Arc;
 

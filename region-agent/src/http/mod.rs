@@ -5,6 +5,7 @@ pub mod buyer;
 pub mod error;
 pub mod json;
 pub mod ops;
+pub mod retention;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
@@ -55,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/skus/{tenant}/{sku}/pause", post(admin::pause))
         .route("/v1/admin/skus/{tenant}/{sku}/resume", post(admin::resume))
         .route("/v1/admin/audit", get(admin::audit))
+        .route("/v1/admin/prune", post(retention::prune))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

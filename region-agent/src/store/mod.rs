@@ -199,4 +199,20 @@ pub trait Store: Send + Sync + 'static {
     async fn confirm_grants(&self, ids: &[String]) -> Result<(), StoreError>;
     /// Forgets returns the coordinator has applied.
     async fn forget_returns(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Deletes at most `limit` released or expired reservations whose hold
+    /// ended before `before_ms` (their `expires_at`: a hold ends at the
+    /// latest then), and at most `limit` grants the coordinator confirmed
+    /// before it. SOLD reservations stay: they are the sales, the per-user
+    /// limit counts them, and the counters are checked against them. Call
+    /// again until fewer than `limit` of each are deleted.
+    async fn prune(&self, before_ms: u64, limit: u32) -> Result<Pruned, StoreError>;
+}
+
+/// What one call of [`Store::prune`] deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// The reservations' tenants and keys, to forget in memory too.
+    pub reservations: Vec<(Tenant, RequestKey)>,
+    /// Confirmed grants deleted.
+    pub grants: u64,
 }

@@ -112,3 +112,10 @@ pub(crate) fn transfer_from(row: &impl Columns) -> Result<TransferMsg, StoreErro
         units: counter(row, "units")?,
     })
 }
+
+/// A deleted reservation's tenant and key, as `RETURNING tenant,
+/// request_key` gives them.
+pub(crate) fn pruned_key(row: &impl Columns) -> Result<(Tenant, RequestKey), StoreError> {
+    let tenant = Tenant::parse(&row.text("tenant")?).map_err(|_| bad_row("tenant"))?;
+    Ok((tenant, request_key(&row.text("request_key")?)?))
+}

@@ -26,11 +26,12 @@ use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, Sqlite, Transaction};
 
 use super::rows::{
-    self, audit_row_from, request_key, reservation_from, sku_record_from, transfer_from, Columns,
+    self, audit_row_from, pruned_key, request_key, reservation_from, sku_record_from,
+    transfer_from, Columns,
 };
 use super::{
-    database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, SkuRecord,
-    StockChange, Store, StoreError, SyncSnapshot,
+    database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, Pruned,
+    SkuRecord, StockChange, Store, StoreError, SyncSnapshot,
 };
 
 /// The embedded migrations of the region agent on SQLite.
@@ -697,6 +698,37 @@ impl Store for SqliteStore {
             tx.commit().await.map_err(database)?;
         }
         Ok(())
+    }
+
+    async fn prune(&self, before_ms: u64, limit: u32) -> Result<Pruned, StoreError> {
+        let before = ms(before_ms);
+        let mut tx = self.begin_write().await?;
+        let rows = sqlx::query(
+            "DELETE FROM reservations WHERE rowid IN (
+                 SELECT rowid FROM reservations
+                 WHERE status IN ('RELEASED', 'EXPIRED') AND expires_at < ?1 LIMIT ?2)
+             RETURNING tenant, request_key",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(database)?;
+        let grants = sqlx::query(
+            "DELETE FROM applied_grants WHERE rowid IN (
+                 SELECT rowid FROM applied_grants WHERE confirmed AND applied_at < ?1 LIMIT ?2)",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .execute(&mut *tx)
+        .await
+        .map_err(database)?
+        .rows_affected();
+        tx.commit().await.map_err(database)?;
+        Ok(Pruned {
+            reservations: rows.iter().map(pruned_key).collect::<Result<_, _>>()?,
+            grants,
+        })
     }
 
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError> {
