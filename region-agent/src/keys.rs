@@ -67,6 +67,14 @@ impl KnownKeys {
         }
     }
 
+    /// Gives back the room forgotten keys left, after a prune.
+    pub fn shrink(&self) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        for keys in inner.by_tenant.values_mut() {
+            keys.shrink_to_fit();
+        }
+    }
+
     /// Records many committed keys of `sku`.
     pub fn extend(&self, tenant: &Tenant, sku: &Sku, keys: impl IntoIterator<Item = RequestKey>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());

@@ -61,6 +61,9 @@ pub async fn prune(
             break;
         }
     }
+    if reservations > 0 {
+        state.keys().shrink();
+    }
     metrics::counter!("escrow_pruned_total", "what" => "reservations").increment(reservations);
     metrics::counter!("escrow_pruned_total", "what" => "grants").increment(grants);
     Ok(Json(json!({"reservations": reservations, "grants": grants})).into_response())
