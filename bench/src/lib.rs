@@ -23,6 +23,7 @@
 //! - [`tail`]: `bench tail`, the tail of a sale on a coordinator and its
 //!   agents, per policy.
 
+pub mod capacity;
 pub mod ceiling;
 pub mod client;
 pub mod database;

@@ -85,6 +85,12 @@ enum Command {
     /// on scratch databases), once per policy: time to 50/90/99/100% of
     /// the units held, 503s, buyers turned away while units were free.
     Tail(Box<TailArgs>),
+    /// How many regions and SKUs one coordinator serves: the real
+    /// coordinator on a scratch PostgreSQL database, region agents played
+    /// here speaking the real protocol; syncs per second back to back, then
+    /// takes per second in central mode while the agents sync at their
+    /// interval, with latencies.
+    Coordinator(CapacityArgs),
     /// Drives an already running server (e.g. `scripts/run`) on one existing
     /// SKU; nothing is built, started or created.
     Load {
@@ -98,6 +104,29 @@ enum Command {
         #[arg(long, default_value = bench::TENANT_KEY)]
         tenant_key: String,
     },
+}
+
+/// `bench coordinator`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+struct CapacityArgs {
+    /// Region agents played.
+    #[arg(long, default_value_t = 20)]
+    regions: usize,
+    /// Escrow-mode SKUs, each in every region.
+    #[arg(long, default_value_t = 1_000)]
+    skus: usize,
+    /// Central-mode SKUs, each in every region, that the takers take from.
+    #[arg(long, default_value_t = 100)]
+    central_skus: usize,
+    /// Takers per region in the take phase.
+    #[arg(long, default_value_t = 4)]
+    takers: usize,
+    /// Length of each phase, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    phase_seconds: f64,
+    /// The played agents' sync interval in the take phase, ms.
+    #[arg(long, default_value_t = 200)]
+    sync_interval_ms: u64,
 }
 
 /// `bench tail`'s flags.
@@ -213,6 +242,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Tail(args) = &cli.command {
         return tail(&cli, args).await;
     }
+    if let Command::Coordinator(args) = &cli.command {
+        return coordinator_capacity(&cli, args).await;
+    }
     if !cli.no_build && cli.bin_dir.is_none() {
         Binaries::build(&HOT_PATH_PACKAGES).await?;
     }
@@ -324,6 +356,31 @@ fn code_version() -> String {
         .map_or("unknown commit".into(), |o| {
             format!("commit {}", String::from_utf8_lossy(&o.stdout).trim())
         })
+}
+
+async fn coordinator_capacity(cli: &Cli, args: &CapacityArgs) -> anyhow::Result<()> {
+    if !cli.no_build && cli.bin_dir.is_none() {
+        Binaries::build(&CLUSTER_PACKAGES).await?;
+    }
+    let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
+    binaries.check_cluster()?;
+    let settings = bench::capacity::CapacitySettings {
+        server_url: cli.database_url.clone(),
+        coordinator: binaries.coordinator,
+        regions: args.regions,
+        skus: args.skus,
+        central_skus: args.central_skus,
+        takers_per_region: args.takers,
+        phase: seconds(args.phase_seconds)?,
+        sync_interval: Duration::from_millis(args.sync_interval_ms),
+    };
+    let facts = bench::database::server_facts(&cli.database_url).await?;
+    let machine = Machine::detect(facts);
+    let watch = bench::interference::Watch::start();
+    let capacity = bench::capacity::run(&settings).await?;
+    println!("{}", bench::capacity::table(&settings, &capacity));
+    println!("{}", watch.stop().summary(machine.cores));
+    Ok(())
 }
 
 async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
