@@ -25,6 +25,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{Sqlite, TransactionManager};
 
 /// Longest a PostgreSQL statement may run.
 pub const STATEMENT_TIMEOUT: &str = "10s";
@@ -107,18 +108,41 @@ pub async fn open_sqlite(
     migrator: &Migrator,
 ) -> Result<SqlitePools, sqlx::Error> {
     let options = sqlite_options(url)?;
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
-        .connect_with(options.clone())
-        .await?;
+    let writer = sqlite_pool(1).connect_with(options.clone()).await?;
     migrator.run(&writer).await?;
-    let readers = SqlitePoolOptions::new()
-        .max_connections(readers.max(1))
-        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
-        .connect_with(options)
-        .await?;
+    let readers = sqlite_pool(readers.max(1)).connect_with(options).await?;
     Ok(SqlitePools { writer, readers })
+}
+
+/// A pool of `size` SQLite connections, each left outside any transaction
+/// when it goes back to the pool.
+///
+/// sqlx begins a transaction with a custom statement (`BEGIN IMMEDIATE`)
+/// in two steps; a request cancelled between them (timed out, its client
+/// gone) hands the connection back inside a transaction that nothing will
+/// end, and every later `BEGIN` on it fails ("non-zero transaction depth"):
+/// the one writer connection would refuse every write from then on. So a
+/// connection released inside a transaction is rolled back (a no-op if
+/// the dropped transaction's own rollback got there first), and one that
+/// cannot be is closed and replaced.
+fn sqlite_pool(size: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                if !sqlx::Connection::is_in_transaction(conn) {
+                    return Ok(true);
+                }
+                let rolled_back =
+                    <Sqlite as sqlx::Database>::TransactionManager::rollback(conn).await;
+                tracing::info!(
+                    ok = rolled_back.is_ok(),
+                    "ended a transaction left open on release"
+                );
+                Ok(rolled_back.is_ok())
+            })
+        })
 }
 
 #[cfg(test)]
