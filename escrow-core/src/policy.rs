@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a SKU sells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Mode {
     /// Regions sell from their own quota; the coordinator refills them.

@@ -25,6 +25,7 @@ use crate::policy::Mode;
 
 /// A unit movement between the pool and a region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TransferMsg {
     /// Unique id chosen by the sender; the receiver applies each id once.
@@ -39,6 +40,7 @@ pub struct TransferMsg {
 
 /// One SKU's counters at one region, as of the request's snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SkuReport {
     /// The SKU's tenant.
@@ -57,6 +59,7 @@ pub struct SkuReport {
 
 /// Agent -> coordinator, on a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
     /// The agent's fencing epoch in its own database.
@@ -75,6 +78,7 @@ pub struct SyncRequest {
 
 /// The coordinator's instructions for one SKU at one region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SkuDirective {
     /// The SKU's tenant.
@@ -99,6 +103,7 @@ pub struct SkuDirective {
 
 /// Coordinator -> agent, the answer to a [`SyncRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncResponse {
     /// Every grant to this region not yet acknowledged.
@@ -119,6 +124,7 @@ pub struct SyncResponse {
 /// once instead of at its next interval. So a recall reaches a region in
 /// one network hop, not a sync interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WatchRequest {
     /// The agent's fencing epoch in its own database.
@@ -131,6 +137,7 @@ pub struct WatchRequest {
 
 /// Coordinator -> agent, the answer to a [`WatchRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WatchResponse {
     /// The region's current notice number; past `seen` means: sync now.
@@ -139,6 +146,7 @@ pub struct WatchResponse {
 
 /// Agent -> coordinator: units a buyer needs now that the region lacks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TakeRequest {
     /// Idempotency id; becomes the grant's id, so a retry gets the same grant.
@@ -164,6 +172,7 @@ pub struct TakeRequest {
 
 /// Coordinator -> agent, the answer to a [`TakeRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TakeResponse {
     /// The grant made (possibly fewer units than asked), if any.

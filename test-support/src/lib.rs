@@ -7,7 +7,8 @@
 //! ([`poll`]), a service served in the test's process ([`serve`]), child
 //! processes and their sockets ([`process`]), requests written by hand
 //! ([`raw`]), database URLs ([`db`]), capturing what a service logs
-//! ([`log`]), and the fault harness: a proxy that breaks a link on command
+//! ([`log`]), a service's OpenAPI document against its routes
+//! ([`openapi`]), and the fault harness: a proxy that breaks a link on command
 //! ([`proxy`]) and a history of buyers' requests with its checks
 //! ([`history`]). What only one service's tests need stays in that
 //! service's `tests/common`.
@@ -19,6 +20,7 @@ pub mod backend;
 pub mod db;
 pub mod history;
 pub mod log;
+pub mod openapi;
 pub mod poll;
 pub mod process;
 pub mod proxy;
