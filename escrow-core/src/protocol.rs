@@ -31,8 +31,10 @@ pub struct TransferMsg {
     /// Unique id chosen by the sender; the receiver applies each id once.
     pub id: String,
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units moved, at least 1.
     pub units: u64,
@@ -44,8 +46,10 @@ pub struct TransferMsg {
 #[serde(deny_unknown_fields)]
 pub struct SkuReport {
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units that may be held now.
     pub available: u64,
@@ -82,8 +86,10 @@ pub struct SyncRequest {
 #[serde(deny_unknown_fields)]
 pub struct SkuDirective {
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Escrow or central.
     pub mode: Mode,
@@ -152,8 +158,10 @@ pub struct TakeRequest {
     /// Idempotency id; becomes the grant's id, so a retry gets the same grant.
     pub id: String,
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units its waiting buyers need, at least 1.
     pub units: u64,
