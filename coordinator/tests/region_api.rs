@@ -19,6 +19,7 @@ coordinator_tests!(
     a_take_applies_once,
     a_take_stuck_on_a_lock_is_answered_and_applies_once_later,
     a_report_of_more_units_than_can_exist_is_refused,
+    a_take_with_counters_at_their_limit_is_answered,
 );
 
 /// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
@@ -212,6 +213,22 @@ async fn a_report_of_more_units_than_can_exist_is_refused(db: TestDb) {
     assert!(view["regions"]["eu"]["last_report_at"].is_null(), "{view}");
     let (status, body) = region_call(&coord, "eu", "sync", sync_body(1, 1, 0)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a take whose counters are at u64::MAX (a returned count far
+/// beyond anything the region was granted made the coordinator's sum of
+/// units elsewhere overflow: a panic in the handler, an empty reply) is
+/// answered, grants at most the pool, and leaves the books balanced.
+async fn a_take_with_counters_at_their_limit_is_answered(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let take = json!({"id": "t-max", "tenant": "acme", "sku": "drop", "units": u64::MAX,
+                      "prefetch": u64::MAX, "received": u64::MAX, "returned": u64::MAX});
+    let (status, body) = region_call(&coord, "eu", "take", take).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["grant"]["units"].as_u64().unwrap() <= 100, "{body}");
+    assert_eq!(body["exhausted"], false, "units elsewhere are not nothing");
     admin.assert_no_drift().await;
     coord.stop().await;
 }

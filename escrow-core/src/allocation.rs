@@ -547,8 +547,9 @@ impl Allocation {
         // and returns that have not arrived (its own counters say).
         let r = &self.regions[region];
         let granted_ever = r.leased + r.returned + r.in_transit();
-        let unseen =
-            granted_ever.saturating_sub(req.received) + req.returned.saturating_sub(r.returned);
+        let unseen = granted_ever
+            .saturating_sub(req.received)
+            .saturating_add(req.returned.saturating_sub(r.returned));
         let decision = decide_take(&self.policy_view(), region, req.units, req.prefetch, unseen);
         let grant = (decision.granted > 0).then(|| {
             self.grant(region, req.id.clone(), decision.granted);

@@ -543,7 +543,9 @@ pub fn decide_take(
         .filter(|(i, _)| *i != asking)
         .map(|(_, r)| r.on_hand())
         .sum();
-    let elsewhere = others + asker_unseen;
+    // asker_unseen comes from the taker's own counters: saturate rather
+    // than trust them not to overflow (only whether it is 0 matters).
+    let elsewhere = others.saturating_add(asker_unseen);
     TakeDecision {
         granted,
         exhausted: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,
