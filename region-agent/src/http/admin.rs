@@ -221,6 +221,7 @@ fn find(state: &AppState, tenant: &str, sku: &str) -> Result<OwnerHandle, ApiErr
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -339,6 +340,7 @@ pub async fn resume(
         (status = 200, description = "Every SKU with its drift; `drift_total` is 0 when healthy", body = AuditBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]

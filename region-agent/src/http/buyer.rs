@@ -219,6 +219,7 @@ pub async fn reserve(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
         (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -368,6 +369,7 @@ pub async fn extend(
         (status = 400, description = "`BAD_REQUEST`: malformed SKU", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`: no such SKU for this tenant", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
