@@ -18,6 +18,8 @@ coordinator_tests!(
     older_processes_are_fenced_and_older_reports_ignored,
     a_take_applies_once,
     a_take_stuck_on_a_lock_is_answered_and_applies_once_later,
+    a_report_of_more_units_than_can_exist_is_refused,
+    a_take_with_counters_at_their_limit_is_answered,
 );
 
 /// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
@@ -184,6 +186,49 @@ async fn a_take_stuck_on_a_lock_is_answered_and_applies_once_later(db: TestDb) {
         before["pool"].as_u64().unwrap() - 3,
         "granted once"
     );
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a sync reporting more units than any region can hold (up to
+/// u64::MAX, which made the policy's sums overflow and the handler panic,
+/// an empty reply: found by fuzzing the region API) is 400 and changes
+/// nothing; the coordinator goes on answering and the books stay balanced.
+async fn a_report_of_more_units_than_can_exist_is_refused(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    for available in [u64::MAX, 1_000_000_000_000_001] {
+        let (status, body) = region_call(&coord, "eu", "sync", sync_body(1, 1, available)).await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("BAD_REQUEST")),
+            "{body}"
+        );
+    }
+    let mut huge = sync_body(1, 1, 0);
+    huge["skus"][0]["held"] = json!(u64::MAX);
+    huge["skus"][0]["sold"] = json!(1);
+    let (status, body) = region_call(&coord, "eu", "sync", huge).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let view = admin.admin_sku("acme", "drop").await;
+    assert!(view["regions"]["eu"]["last_report_at"].is_null(), "{view}");
+    let (status, body) = region_call(&coord, "eu", "sync", sync_body(1, 1, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a take whose counters are at u64::MAX (a returned count far
+/// beyond anything the region was granted made the coordinator's sum of
+/// units elsewhere overflow: a panic in the handler, an empty reply) is
+/// answered, grants at most the pool, and leaves the books balanced.
+async fn a_take_with_counters_at_their_limit_is_answered(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let take = json!({"id": "t-max", "tenant": "acme", "sku": "drop", "units": u64::MAX,
+                      "prefetch": u64::MAX, "received": u64::MAX, "returned": u64::MAX});
+    let (status, body) = region_call(&coord, "eu", "take", take).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["grant"]["units"].as_u64().unwrap() <= 100, "{body}");
+    assert_eq!(body["exhausted"], false, "units elsewhere are not nothing");
     admin.assert_no_drift().await;
     coord.stop().await;
 }

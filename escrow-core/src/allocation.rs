@@ -33,6 +33,12 @@ use crate::protocol::{
 /// Longest round trip an agent may report, ms; a larger one counts as this.
 pub const RTT_MS_MAX: u64 = 60_000;
 
+/// Most units a region may report of one SKU (available + held + sold): a
+/// thousand times the largest stock an admin can add at once, so no real
+/// report comes near it, and the policy's sums over thousands of regions
+/// cannot overflow.
+pub const REPORT_UNITS_MAX: u64 = 1_000_000_000_000_000;
+
 /// Why an input was refused. A refused input changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocationError {
@@ -541,8 +547,9 @@ impl Allocation {
         // and returns that have not arrived (its own counters say).
         let r = &self.regions[region];
         let granted_ever = r.leased + r.returned + r.in_transit();
-        let unseen =
-            granted_ever.saturating_sub(req.received) + req.returned.saturating_sub(r.returned);
+        let unseen = granted_ever
+            .saturating_sub(req.received)
+            .saturating_add(req.returned.saturating_sub(r.returned));
         let decision = decide_take(&self.policy_view(), region, req.units, req.prefetch, unseen);
         let grant = (decision.granted > 0).then(|| {
             self.grant(region, req.id.clone(), decision.granted);
@@ -595,6 +602,7 @@ pub fn sync(
         return Err(AllocationError::StaleEpoch);
     }
     let fresh = session.is_none_or(|s| (req.epoch, req.seq) > (s.epoch, s.seq));
+    check_reports(req)?;
     let new_returns = returns_to_apply(skus, req, applied_before)?;
 
     let rtt_ms = req.rtt_ms.min(RTT_MS_MAX);
@@ -637,6 +645,25 @@ pub fn sync(
         applied: new_returns.into_iter().map(|(_, t)| t.clone()).collect(),
         moves,
     })
+}
+
+/// Refuses a request whose report of a SKU counts more units than
+/// [`REPORT_UNITS_MAX`]: no region can hold them, and the policy's
+/// arithmetic on them would overflow.
+fn check_reports(req: &SyncRequest) -> Result<(), AllocationError> {
+    for report in &req.skus {
+        let on_hand = report
+            .available
+            .checked_add(report.held)
+            .and_then(|units| units.checked_add(report.sold));
+        if on_hand.is_none_or(|units| units > REPORT_UNITS_MAX) {
+            return Err(AllocationError::Invalid(format!(
+                "report of {}/{}: available + held + sold must be at most {REPORT_UNITS_MAX}",
+                report.tenant, report.sku
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The returns of `req` to apply now, each with the index of its SKU in

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a SKU sells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Mode {
     /// Regions sell from their own quota; the coordinator refills them.
@@ -542,7 +543,9 @@ pub fn decide_take(
         .filter(|(i, _)| *i != asking)
         .map(|(_, r)| r.on_hand())
         .sum();
-    let elsewhere = others + asker_unseen;
+    // asker_unseen comes from the taker's own counters: saturate rather
+    // than trust them not to overflow (only whether it is 0 matters).
+    let elsewhere = others.saturating_add(asker_unseen);
     TakeDecision {
         granted,
         exhausted: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,

@@ -25,13 +25,16 @@ use crate::policy::Mode;
 
 /// A unit movement between the pool and a region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TransferMsg {
     /// Unique id chosen by the sender; the receiver applies each id once.
     pub id: String,
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units moved, at least 1.
     pub units: u64,
@@ -39,11 +42,14 @@ pub struct TransferMsg {
 
 /// One SKU's counters at one region, as of the request's snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SkuReport {
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units that may be held now.
     pub available: u64,
@@ -57,6 +63,7 @@ pub struct SkuReport {
 
 /// Agent -> coordinator, on a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
     /// The agent's fencing epoch in its own database.
@@ -75,11 +82,14 @@ pub struct SyncRequest {
 
 /// The coordinator's instructions for one SKU at one region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SkuDirective {
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Escrow or central.
     pub mode: Mode,
@@ -99,6 +109,7 @@ pub struct SkuDirective {
 
 /// Coordinator -> agent, the answer to a [`SyncRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncResponse {
     /// Every grant to this region not yet acknowledged.
@@ -119,6 +130,7 @@ pub struct SyncResponse {
 /// once instead of at its next interval. So a recall reaches a region in
 /// one network hop, not a sync interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WatchRequest {
     /// The agent's fencing epoch in its own database.
@@ -131,6 +143,7 @@ pub struct WatchRequest {
 
 /// Coordinator -> agent, the answer to a [`WatchRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WatchResponse {
     /// The region's current notice number; past `seen` means: sync now.
@@ -139,13 +152,16 @@ pub struct WatchResponse {
 
 /// Agent -> coordinator: units a buyer needs now that the region lacks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TakeRequest {
     /// Idempotency id; becomes the grant's id, so a retry gets the same grant.
     pub id: String,
     /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
     pub tenant: String,
     /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
     pub sku: String,
     /// Units its waiting buyers need, at least 1.
     pub units: u64,
@@ -164,6 +180,7 @@ pub struct TakeRequest {
 
 /// Coordinator -> agent, the answer to a [`TakeRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TakeResponse {
     /// The grant made (possibly fewer units than asked), if any.

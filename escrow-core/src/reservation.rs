@@ -16,6 +16,7 @@ use crate::ledger::{Ledger, LedgerError};
 
 /// Where a reservation is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
     /// Units are set aside for the buyer until `expires_at`.

@@ -14,6 +14,7 @@ conformance!(
     malformed_requests_are_refused_without_writing,
     credentials_and_tenant_isolation,
     extend_once_and_missing_keys,
+    a_null_extend_body_is_no_body,
 );
 
 async fn rows(db: &TestDb) -> i64 {
@@ -284,6 +285,33 @@ async fn extend_once_and_missing_keys(db: TestDb) {
         );
     }
     assert_eq!(api.get("nope").await.0, StatusCode::NOT_FOUND);
+    assert_balanced(&stored(&db, "drop").await);
+    agent.stop().await;
+}
+
+/// Goal: an extend whose JSON body is `null` is an extend without a body
+/// (the SKU's hold TTL), as the OpenAPI document says (the body is
+/// optional and nullable) and as a null optional field counts as absent;
+/// it used to be a 400.
+async fn a_null_extend_body_is_no_body(db: TestDb) {
+    let agent = TestAgent::start(&db).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 10, "hold_ttl_ms": 60000}))
+        .await;
+    let (_, held) = api.reserve("k", "u", "drop").await;
+    let r = api
+        .client
+        .post(format!("{}/v1/reservations/k/extend", api.url))
+        .bearer_auth(ACME_KEY)
+        .header("Content-Type", "application/json")
+        .body("null")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let extended: Value = r.json().await.unwrap();
+    assert_eq!(extended["status"], "HELD");
+    assert!(extended["expires_at"].as_str() >= held["reservation"]["expires_at"].as_str());
     assert_balanced(&stored(&db, "drop").await);
     agent.stop().await;
 }

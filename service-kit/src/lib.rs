@@ -1,10 +1,11 @@
 //! Plumbing the coordinator and the region agent share, so both services
-//! authenticate, log, export metrics, shut down and open their database
-//! ([`db`]) the same way.
+//! authenticate, log, export metrics, shut down, open their database
+//! ([`db`]) and serve their OpenAPI document ([`openapi`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
 
 pub mod db;
+pub mod openapi;
 
 use std::sync::OnceLock;
 

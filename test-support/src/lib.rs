@@ -7,9 +7,11 @@
 //! ([`poll`]), a service served in the test's process ([`serve`]), child
 //! processes and their sockets ([`process`]), requests written by hand
 //! ([`raw`]), database URLs ([`db`]), capturing what a service logs
-//! ([`log`]), and the fault harness: a proxy that breaks a link on command
-//! ([`proxy`]), a PostgreSQL server of the test's own ([`pg_server`]) and
-//! a history of buyers' requests with its checks ([`history`]). What only one service's tests need stays in that
+//! ([`log`]), a service's OpenAPI document against its routes
+//! ([`openapi`]), and the fault harness: a proxy that breaks a link on
+//! command ([`proxy`]), a PostgreSQL server of the test's own
+//! ([`pg_server`]) and a history of buyers' requests with its checks
+//! ([`history`]). What only one service's tests need stays in that
 //! service's `tests/common`.
 
 #![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
@@ -19,6 +21,7 @@ pub mod backend;
 pub mod db;
 pub mod history;
 pub mod log;
+pub mod openapi;
 pub mod pg_server;
 pub mod poll;
 pub mod process;

@@ -1,7 +1,7 @@
 //! The admin API: create and change SKUs, add stock, pause and resume,
 //! inspect one SKU, list SKUs a page at a time, audit, list regions.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -10,8 +10,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use escrow_core::{RegionName, Sku, Tenant};
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
 
+use super::bodies::{
+    AuditBody, OutcomeBody, RegionSyncBody, RegionView, RegionsBody, SkuLineBody, SkuPage,
+    SkuViewBody,
+};
 use super::error::ApiError;
 use crate::policies::PolicyRequest;
 use crate::store::{parse_weights, AdminKey, Applied, Listing, SkuLine, SkuSpec, SkuSummary};
@@ -29,29 +33,48 @@ pub const PAGE_SKUS_MAX: u32 = 1_000;
 
 /// The query of `GET /v1/admin/skus[/{tenant}]`: where the page starts and
 /// how many SKUs it has at most.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// The page holds the SKUs after this one: `SKU` on
+    /// `/v1/admin/skus/{tenant}`, `TENANT/SKU` on `/v1/admin/skus`.
     after: Option<String>,
+    /// SKUs in the page, 1..=1000; default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
 }
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSkuBody {
+    /// The SKU's total, 0..=10^12.
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     total: i64,
+    /// Region name (`[a-z0-9-]{1,32}`, with a `--region-token`) to weight
+    /// (0..=1000000); absent keeps the weights.
     regions: Option<HashMap<String, i64>>,
+    /// Units per reservation at most, 1..=1000; absent keeps the current value.
+    #[schema(minimum = 1, maximum = 1000)]
     max_per_user: Option<i64>,
+    /// Default hold duration; absent keeps the current value.
+    #[schema(minimum = 1000, maximum = 3_600_000)]
     hold_ttl_ms: Option<i64>,
+    /// `tail-merge`, `refill`, `proportional`, `static` or `central`; absent
+    /// keeps the SKU's choice (a new SKU follows `--policy`).
     policy: Option<String>,
+    /// The policy's settings to override, merged key by key into its defaults.
+    #[schema(value_type = Option<Object>)]
     settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `POST .../add-stock` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddStockBody {
+    /// Units to add, 1..=10^12.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
     qty: i64,
 }
 
@@ -120,9 +143,9 @@ async fn changed(
 }
 
 /// The admin view of a SKU, with report ages.
-pub fn sku_json(state: &AppState, view: &SkuSummary) -> serde_json::Value {
+pub fn sku_json(state: &AppState, view: &SkuSummary) -> SkuViewBody {
     let now = chrono::Utc::now();
-    let regions: serde_json::Map<String, serde_json::Value> = view
+    let regions: BTreeMap<String, RegionView> = view
         .regions
         .iter()
         .map(|r| {
@@ -131,32 +154,63 @@ pub fn sku_json(state: &AppState, view: &SkuSummary) -> serde_json::Value {
                 .map(|t| (now - t).num_milliseconds().max(0));
             let stale = age.is_none_or(|a| a > state.stale_report_ms() as i64)
                 && (r.leased > 0 || r.in_transit > 0 || r.available + r.held + r.sold > 0);
-            (
-                r.region.clone(),
-                json!({
-                    "weight": r.weight, "leased": r.leased, "in_transit": r.in_transit,
-                    "available": r.available, "held": r.held, "sold": r.sold,
-                    "sale_rate_per_s": r.sale_rate_per_s, "recall_pending": r.recall_pending,
-                    "last_report_at": r.last_report_at, "report_age_ms": age, "stale": stale,
-                    "region_drift": r.drift,
-                }),
-            )
+            let region = RegionView {
+                weight: r.weight,
+                leased: r.leased,
+                in_transit: r.in_transit,
+                available: r.available,
+                held: r.held,
+                sold: r.sold,
+                sale_rate_per_s: r.sale_rate_per_s,
+                recall_pending: r.recall_pending,
+                last_report_at: r.last_report_at,
+                report_age_ms: age,
+                stale,
+                region_drift: r.drift,
+            };
+            (r.region.clone(), region)
         })
         .collect();
-    let stale = regions.values().any(|r| r["stale"] == true);
+    let stale = regions.values().any(|r| r.stale);
     let policy = state.policies().of(view.policy.as_ref());
-    json!({
-        "tenant": view.tenant, "sku": view.sku, "total": view.total, "pool": view.pool,
-        "in_transit": view.in_transit, "mode": view.mode, "paused": view.paused,
-        "max_per_user": view.max_per_user, "hold_ttl_ms": view.hold_ttl_ms,
-        "policy": policy.name(), "settings": policy.settings(),
-        "policy_is_default": view.policy.is_none(),
-        "drift": view.drift, "ledger_drift": view.ledger_drift, "stale": stale,
-        "regions": regions,
-    })
+    SkuViewBody {
+        tenant: view.tenant.clone(),
+        sku: view.sku.clone(),
+        total: view.total,
+        pool: view.pool,
+        in_transit: view.in_transit,
+        mode: view.mode,
+        paused: view.paused,
+        max_per_user: view.max_per_user,
+        hold_ttl_ms: view.hold_ttl_ms,
+        policy: policy.name().to_owned(),
+        settings: policy.settings(),
+        policy_is_default: view.policy.is_none(),
+        drift: view.drift,
+        ledger_drift: view.ledger_drift,
+        stale,
+        regions,
+    }
 }
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}`.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/skus/{tenant}/{sku}",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    request_body = PutSkuBody,
+    responses(
+        (status = 201, description = "Created: the SKU view", body = SkuViewBody, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
+        (status = 200, description = "Changed (or replayed): the SKU view", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total, region, weight, policy or setting", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the total would drop by more than the pool holds, or the Idempotency-Key was used for another change; nothing changes", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn put_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -201,6 +255,21 @@ pub async fn put_sku(
 }
 
 /// `GET /v1/admin/skus/{tenant}/{sku}`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/skus/{tenant}/{sku}",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, from one snapshot", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -226,13 +295,20 @@ fn page_limit(raw: Option<&str>) -> Result<u32, ApiError> {
 }
 
 /// One SKU's line in a listing.
-fn line_json(state: &AppState, line: &SkuLine) -> serde_json::Value {
-    json!({
-        "tenant": line.tenant, "sku": line.sku, "total": line.total, "pool": line.pool,
-        "in_transit": line.in_transit, "available": line.available, "held": line.held,
-        "sold": line.sold, "mode": line.mode, "paused": line.paused,
-        "policy": state.policies().of(line.policy.as_ref()).name(),
-    })
+fn line_json(state: &AppState, line: &SkuLine) -> SkuLineBody {
+    SkuLineBody {
+        tenant: line.tenant.clone(),
+        sku: line.sku.clone(),
+        total: line.total,
+        pool: line.pool,
+        in_transit: line.in_transit,
+        available: line.available,
+        held: line.held,
+        sold: line.sold,
+        mode: line.mode,
+        paused: line.paused,
+        policy: state.policies().of(line.policy.as_ref()).name().to_owned(),
+    }
 }
 
 /// A page of `listing` as the answer `{"skus", "next"}`; `next` is the
@@ -246,11 +322,25 @@ async fn page(
 ) -> Result<Response, ApiError> {
     let page = state.store().list_skus(listing, limit).await?;
     let next = page.skus.last().filter(|_| page.more).map(cursor);
-    let skus: Vec<serde_json::Value> = page.skus.iter().map(|l| line_json(state, l)).collect();
-    Ok(Json(json!({"skus": skus, "next": next})).into_response())
+    let skus = page.skus.iter().map(|l| line_json(state, l)).collect();
+    Ok(Json(SkuPage { skus, next }).into_response())
 }
 
 /// `GET /v1/admin/skus/{tenant}?after=SKU&limit=N`: one tenant's SKUs by name.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/skus/{tenant}",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ListQuery),
+    responses(
+        (status = 200, description = "One page of the tenant's SKUs", body = SkuPage),
+        (status = 400, description = "`BAD_REQUEST`: bad tenant, `limit`, `after` or another parameter", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_tenant_skus(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -274,6 +364,20 @@ pub async fn list_tenant_skus(
 
 /// `GET /v1/admin/skus?after=TENANT/SKU&limit=N`: every tenant's SKUs by
 /// tenant, then name.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/skus",
+    tag = "admin",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "One page of every tenant's SKUs", body = SkuPage),
+        (status = 400, description = "`BAD_REQUEST`: bad `limit`, `after` or another parameter", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_skus(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -304,6 +408,23 @@ pub async fn list_skus(
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/add-stock`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/add-stock",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    request_body = AddStockBody,
+    responses(
+        (status = 200, description = "The SKU view with the stock added to total and pool", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier, body or qty", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn add_stock(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -344,6 +465,22 @@ async fn set_paused(
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/pause`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/pause",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, paused", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -353,6 +490,22 @@ pub async fn pause(
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/resume`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/resume",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, selling again", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -362,44 +515,71 @@ pub async fn resume(
 }
 
 /// `GET /v1/admin/audit`: the invariant for every SKU, from one snapshot.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/audit",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Every SKU's view; `drift_total` and `stale_skus` are 0 when healthy", body = AuditBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn audit(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let views = state.store().audit().await?;
-    let skus: Vec<serde_json::Value> = views.iter().map(|v| sku_json(&state, v)).collect();
+    let skus: Vec<SkuViewBody> = views.iter().map(|v| sku_json(&state, v)).collect();
     let drift_total: i64 = views
         .iter()
         .map(|v| v.drift.abs() + v.ledger_drift.abs())
         .sum();
-    let stale = skus.iter().filter(|s| s["stale"] == true).count();
+    let stale_skus = skus.iter().filter(|s| s.stale).count();
     metrics::gauge!("coordinator_drift_units").set(drift_total as f64);
-    Ok(
-        Json(json!({"skus": skus, "drift_total": drift_total, "stale_skus": stale}))
-            .into_response(),
-    )
+    Ok(Json(AuditBody {
+        skus,
+        drift_total,
+        stale_skus,
+    })
+    .into_response())
 }
 
 /// `GET /v1/admin/regions`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/regions",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Every region that ever synced", body = RegionsBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn regions(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let now = chrono::Utc::now();
-    let regions: Vec<serde_json::Value> = state
+    let regions = state
         .store()
         .regions()
         .await?
         .into_iter()
-        .map(|r| {
-            json!({
-                "region": r.region, "epoch": r.epoch, "seq": r.seq, "rtt_ms": r.rtt_ms,
-                "last_sync_at": r.last_sync_at,
-                "sync_age_ms": (now - r.last_sync_at).num_milliseconds().max(0),
-            })
+        .map(|r| RegionSyncBody {
+            sync_age_ms: (now - r.last_sync_at).num_milliseconds().max(0),
+            region: r.region,
+            epoch: r.epoch,
+            seq: r.seq,
+            rtt_ms: r.rtt_ms,
+            last_sync_at: r.last_sync_at,
         })
         .collect();
-    Ok(Json(json!({"regions": regions})).into_response())
+    Ok(Json(RegionsBody { regions }).into_response())
 }

@@ -5,8 +5,8 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
+use super::bodies::{Outcome, OutcomeBody};
 use crate::store::StoreError;
 
 /// Everything a coordinator handler can answer besides success.
@@ -67,34 +67,28 @@ impl From<QueryRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, body) = match self {
-            ApiError::BadRequest(error) => (
-                StatusCode::BAD_REQUEST,
-                json!({"outcome": "BAD_REQUEST", "error": error}),
-            ),
-            ApiError::Unauthorized => {
-                (StatusCode::UNAUTHORIZED, json!({"outcome": "UNAUTHORIZED"}))
+        let (status, outcome, error) = match self {
+            ApiError::BadRequest(error) => {
+                (StatusCode::BAD_REQUEST, Outcome::BadRequest, Some(error))
             }
-            ApiError::Forbidden => (StatusCode::FORBIDDEN, json!({"outcome": "FORBIDDEN"})),
-            ApiError::UnknownSku => (StatusCode::NOT_FOUND, json!({"outcome": "UNKNOWN_SKU"})),
-            ApiError::Conflict(error) => (
-                StatusCode::CONFLICT,
-                json!({"outcome": "CONFLICT", "error": error}),
-            ),
-            ApiError::Fenced => (StatusCode::CONFLICT, json!({"outcome": "FENCED"})),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized, None),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, Outcome::Forbidden, None),
+            ApiError::UnknownSku => (StatusCode::NOT_FOUND, Outcome::UnknownSku, None),
+            ApiError::Conflict(error) => (StatusCode::CONFLICT, Outcome::Conflict, Some(error)),
+            ApiError::Fenced => (StatusCode::CONFLICT, Outcome::Fenced, None),
             ApiError::Overloaded => {
-                let body = json!({"outcome": "OVERLOADED"});
+                let body = OutcomeBody {
+                    outcome: Outcome::Overloaded,
+                    error: None,
+                };
                 let retry = [(axum::http::header::RETRY_AFTER, "1")];
                 return (StatusCode::SERVICE_UNAVAILABLE, retry, Json(body)).into_response();
             }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({"outcome": "INTERNAL"}),
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, Outcome::Internal, None)
             }
         };
-        (status, Json(body)).into_response()
+        (status, Json(OutcomeBody { outcome, error })).into_response()
     }
 }

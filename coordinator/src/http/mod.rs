@@ -1,7 +1,9 @@
 //! HTTP: admin API, region API, operations endpoints.
 
 pub mod admin;
+pub mod bodies;
 pub mod error;
+pub mod openapi;
 pub mod region;
 pub mod retention;
 
@@ -42,11 +44,28 @@ async fn overloaded(error: BoxError) -> Response {
 /// Largest request body accepted (sync requests of agents with many SKUs included).
 pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
 
-async fn healthz() -> &'static str {
+/// `GET /healthz`: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
+pub async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
+/// `GET /readyz`: the database answers and migrations are applied.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
+        (status = 503, description = "`database unavailable`", body = String, content_type = "text/plain"),
+    )
+)]
+pub async fn readyz(State(state): State<AppState>) -> Response {
     match state.store().ready().await {
         Ok(()) => "ready".into_response(),
         Err(error) => {
@@ -56,7 +75,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> String {
+/// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
+)]
+pub async fn metrics(State(state): State<AppState>) -> String {
     state.metrics().render()
 }
 
@@ -84,6 +110,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::document))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(
             ServiceBuilder::new()

@@ -9,6 +9,7 @@ use escrow_core::protocol::{
 };
 use escrow_core::RegionName;
 
+use super::bodies::OutcomeBody;
 use super::error::ApiError;
 use crate::auth::RegionAccess;
 use crate::AppState;
@@ -23,6 +24,23 @@ fn authorise(state: &AppState, headers: &HeaderMap, region: &str) -> Result<Regi
 }
 
 /// `POST /v1/regions/{region}/sync`.
+#[utoipa::path(
+    post,
+    path = "/v1/regions/{region}/sync",
+    tag = "region",
+    params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
+    request_body = SyncRequest,
+    responses(
+        (status = 200, description = "Applied: acks, returns, the report if newer, a rebalance", body = SyncResponse),
+        (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
+        (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
+        (status = 409, description = "`FENCED`: an older agent process; nothing applied", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn sync(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -37,6 +55,23 @@ pub async fn sync(
 }
 
 /// `POST /v1/regions/{region}/take`.
+#[utoipa::path(
+    post,
+    path = "/v1/regions/{region}/take",
+    tag = "region",
+    params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
+    request_body = TakeRequest,
+    responses(
+        (status = 200, description = "A grant of up to `units` from the pool, or none", body = TakeResponse),
+        (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
+        (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`: no such SKU, or the region has no part in it", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn take(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -52,6 +87,21 @@ pub async fn take(
 
 /// `POST /v1/regions/{region}/watch`: held open until the coordinator has
 /// news for the region or the bounded wait passes; the agent then syncs.
+#[utoipa::path(
+    post,
+    path = "/v1/regions/{region}/watch",
+    tag = "region",
+    params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
+    request_body = WatchRequest,
+    responses(
+        (status = 200, description = "The region's notice number, once it differs from `seen` or the wait passed", body = WatchResponse),
+        (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
+        (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn watch(
     State(state): State<AppState>,
     headers: HeaderMap,

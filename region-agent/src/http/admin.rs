@@ -5,12 +5,15 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+
 use axum::Json;
 use escrow_core::{Sku, SkuSettings, Tenant};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::oneshot;
+use utoipa::ToSchema;
 
+use super::bodies::{AuditBody, AuditRegion, AuditSku, OutcomeBody, RegionView, SkuViewBody};
 use super::error::ApiError;
 use super::json::JsonBody;
 use crate::owner::{AdminChange, AdminReply, Command, OwnerHandle};
@@ -21,19 +24,29 @@ use crate::state::AppState;
 pub const UNITS_MAX: u64 = 1_000_000_000_000;
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSkuBody {
+    /// The SKU's total, 0..=10^12.
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     total: i64,
+    /// Must be absent or null: a standalone agent sells one region.
+    #[schema(value_type = Option<Object>)]
     regions: Option<serde_json::Value>,
+    /// Units per reservation at most, 1..=1000; absent keeps the current value (default 1).
+    #[schema(minimum = 1, maximum = 1000)]
     max_per_user: Option<i64>,
+    /// Default hold duration; absent keeps the current value (default 600000).
+    #[schema(minimum = 1000, maximum = 3_600_000)]
     hold_ttl_ms: Option<i64>,
 }
 
 /// `POST .../add-stock` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddStockBody {
+    /// Units to add, 1..=10^12.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
     qty: i64,
 }
 
@@ -74,28 +87,31 @@ fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
         .ok_or_else(|| bad(format!("{field} must be an integer in 0..={UNITS_MAX}")))
 }
 
-fn sku_json(state: &AppState, handle: &OwnerHandle) -> serde_json::Value {
+fn sku_json(state: &AppState, handle: &OwnerHandle) -> Json<SkuViewBody> {
     let s = handle.view.snapshot();
-    json!({
-        "tenant": handle.view.tenant,
-        "sku": handle.view.sku,
-        "region": state.region(),
-        "total": s.quota,
-        "pool": 0,
-        "in_transit": 0,
-        "available": s.available,
-        "held": s.held,
-        "sold": s.sold,
-        "paused": s.paused,
-        "halted": s.halted,
-        "max_per_user": s.max_per_user,
-                "hold_ttl_ms": s.hold_ttl_ms,
-        "regions": {
-            state.region().as_str(): {
-                "leased": s.quota, "available": s.available, "held": s.held, "sold": s.sold,
-                "last_report_at": chrono::Utc::now(), "report_age_ms": 0,
-            }
-        },
+    let region = RegionView {
+        leased: s.quota,
+        available: s.available,
+        held: s.held,
+        sold: s.sold,
+        last_report_at: chrono::Utc::now(),
+        report_age_ms: 0,
+    };
+    Json(SkuViewBody {
+        tenant: handle.view.tenant.to_string(),
+        sku: handle.view.sku.to_string(),
+        region: state.region().to_string(),
+        total: s.quota,
+        pool: 0,
+        in_transit: 0,
+        available: s.available,
+        held: s.held,
+        sold: s.sold,
+        paused: s.paused,
+        halted: s.halted,
+        max_per_user: s.max_per_user,
+        hold_ttl_ms: s.hold_ttl_ms,
+        regions: BTreeMap::from([(state.region().to_string(), region)]),
     })
 }
 
@@ -117,6 +133,23 @@ async fn change(handle: &OwnerHandle, change: AdminChange) -> Result<(), ApiErro
 }
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}`: create, or change total and settings.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/skus/{tenant}/{sku}",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    request_body = PutSkuBody,
+    responses(
+        (status = 201, description = "Created: the SKU view", body = SkuViewBody, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
+        (status = 200, description = "Changed: the SKU view", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total or setting; `regions` given", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the total would go below the units held or sold, or the agent is managed by a coordinator; nothing changes", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: creating the SKU failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn put_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -150,7 +183,7 @@ pub async fn put_sku(
                 .await
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             if let Some(handle) = created? {
-                return Ok((StatusCode::CREATED, Json(sku_json(&state, &handle))).into_response());
+                return Ok((StatusCode::CREATED, sku_json(&state, &handle)).into_response());
             }
             state
                 .registry()
@@ -166,7 +199,7 @@ pub async fn put_sku(
     )
     .map_err(bad)?;
     change(&handle, AdminChange::Configure { total, settings }).await?;
-    Ok(Json(sku_json(&state, &handle)).into_response())
+    Ok(sku_json(&state, &handle).into_response())
 }
 
 fn find(state: &AppState, tenant: &str, sku: &str) -> Result<OwnerHandle, ApiError> {
@@ -178,6 +211,20 @@ fn find(state: &AppState, tenant: &str, sku: &str) -> Result<OwnerHandle, ApiErr
 }
 
 /// `GET /v1/admin/skus/{tenant}/{sku}`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/skus/{tenant}/{sku}",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, from memory", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -185,10 +232,26 @@ pub async fn get_sku(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let handle = find(&state, &tenant, &sku)?;
-    Ok(Json(sku_json(&state, &handle)).into_response())
+    Ok(sku_json(&state, &handle).into_response())
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/add-stock`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/add-stock",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    request_body = AddStockBody,
+    responses(
+        (status = 200, description = "The SKU view with the stock added", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier, body or qty", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
+        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn add_stock(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -203,7 +266,7 @@ pub async fn add_stock(
         return Err(bad("qty must be at least 1"));
     }
     change(&handle, AdminChange::AddStock(qty)).await?;
-    Ok(Json(sku_json(&state, &handle)).into_response())
+    Ok(sku_json(&state, &handle).into_response())
 }
 
 async fn set_paused(
@@ -217,10 +280,25 @@ async fn set_paused(
     standalone_only(&state)?;
     let handle = find(&state, &tenant, &sku)?;
     change(&handle, AdminChange::Pause(paused)).await?;
-    Ok(Json(sku_json(&state, &handle)).into_response())
+    Ok(sku_json(&state, &handle).into_response())
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/pause`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/pause",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, paused: new holds are answered 503 `PAUSED`", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
+        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -230,6 +308,21 @@ pub async fn pause(
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/resume`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/skus/{tenant}/{sku}/resume",
+    tag = "admin",
+    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "The SKU view, selling again", body = SkuViewBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
+        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -239,6 +332,18 @@ pub async fn resume(
 }
 
 /// `GET /v1/admin/audit`: the invariant per SKU, from committed rows.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/audit",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Every SKU with its drift; `drift_total` is 0 when healthy", body = AuditBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn audit(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -246,16 +351,29 @@ pub async fn audit(
     admin_only(&state, &headers)?;
     let rows = state.store().audit().await?;
     let drift_total: i64 = rows.iter().map(|r| r.drift.abs() + r.rows_drift).sum();
-    let skus: Vec<serde_json::Value> = rows
+    let skus = rows
         .iter()
-        .map(|r| {
-            json!({
-                "tenant": r.tenant, "sku": r.sku, "total": r.quota, "pool": 0, "in_transit": 0,
-                "available": r.available, "held": r.held, "sold": r.sold,
-                "drift": r.drift, "rows_drift": r.rows_drift,
-                "regions": {state.region().as_str(): {"available": r.available, "held": r.held, "sold": r.sold, "report_age_ms": 0}},
-            })
+        .map(|r| AuditSku {
+            tenant: r.tenant.clone(),
+            sku: r.sku.clone(),
+            total: r.quota,
+            pool: 0,
+            in_transit: 0,
+            available: r.available,
+            held: r.held,
+            sold: r.sold,
+            drift: r.drift,
+            rows_drift: r.rows_drift,
+            regions: BTreeMap::from([(
+                state.region().to_string(),
+                AuditRegion {
+                    available: r.available,
+                    held: r.held,
+                    sold: r.sold,
+                    report_age_ms: 0,
+                },
+            )]),
         })
         .collect();
-    Ok(Json(json!({"skus": skus, "drift_total": drift_total})).into_response())
+    Ok(Json(AuditBody { skus, drift_total }).into_response())
 }

@@ -13,29 +13,59 @@ use axum::Json;
 use escrow_core::owner::gate;
 use escrow_core::{Deadline, Qty, RequestKey, Reservation, Sku, Tenant, TtlMs, UserId};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
+use utoipa::ToSchema;
 
+use super::bodies::{
+    NotFoundBody, Outcome, OutcomeBody, ReservationBody, ReservationOutcome, SkuStatusBody,
+};
 use super::error::ApiError;
 use super::json::{JsonBody, OptionalJsonBody};
 use crate::owner::{ActReply, Action, Command, OwnerHandle, ReserveReply, ReserveRequest};
 use crate::state::AppState;
 
 /// `POST /v1/reservations` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
+    /// The idempotency key: a retry with the same key is answered REPLAY.
+    #[schema(
+        pattern = "^[A-Za-z0-9._:-]{1,128}$",
+        min_length = 1,
+        max_length = 128,
+        example = "order-1"
+    )]
     request_key: String,
+    /// The buyer.
+    #[schema(
+        pattern = "^[A-Za-z0-9._:-]{1,128}$",
+        min_length = 1,
+        max_length = 128,
+        example = "alice"
+    )]
     user_id: String,
+    /// The SKU, of the key's tenant.
+    #[schema(
+        pattern = "^[A-Za-z0-9._:-]{1,128}$",
+        min_length = 1,
+        max_length = 128,
+        example = "drop"
+    )]
     sku: String,
+    /// Units, 1..=the SKU's `max_per_user`; default 1.
+    #[schema(minimum = 1)]
     qty: Option<i64>,
+    /// Hold duration; default the SKU's `hold_ttl_ms`.
+    #[schema(minimum = 1000, maximum = 3_600_000)]
     ttl_ms: Option<i64>,
 }
 
-/// `POST /v1/reservations/{key}/extend` body.
-#[derive(Debug, Deserialize)]
+/// `POST /v1/reservations/{request_key}/extend` body.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendBody {
+    /// The new hold duration from now; default the SKU's `hold_ttl_ms`.
+    #[schema(minimum = 1000, maximum = 3_600_000)]
     ttl_ms: Option<i64>,
 }
 
@@ -49,30 +79,25 @@ fn tenant_of(state: &AppState, headers: &HeaderMap) -> Result<Tenant, ApiError> 
 }
 
 /// The contract's reservation body R.
-pub fn reservation_json(state: &AppState, r: &Reservation) -> serde_json::Value {
-    let expires_at = chrono::DateTime::from_timestamp_millis(r.expires_at_ms as i64)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
-    json!({
-        "request_key": r.request_key,
-        "user_id": r.user_id,
-        "sku": r.sku,
-        "qty": r.qty,
-        "status": r.status,
-        "expires_at": expires_at,
-        "region": state.region(),
-    })
+fn reservation_json(state: &AppState, r: &Reservation) -> Json<ReservationBody> {
+    Json(ReservationBody::new(r, state.region().as_str()))
 }
 
-fn with_outcome(state: &AppState, status: StatusCode, outcome: &str, r: &Reservation) -> Response {
-    (
-        status,
-        Json(json!({"outcome": outcome, "reservation": reservation_json(state, r)})),
-    )
-        .into_response()
+fn with_outcome(
+    state: &AppState,
+    status: StatusCode,
+    outcome: Outcome,
+    r: &Reservation,
+) -> Response {
+    let body = ReservationOutcome {
+        outcome,
+        reservation: ReservationBody::new(r, state.region().as_str()),
+    };
+    (status, Json(body)).into_response()
 }
 
-fn outcome_only(status: StatusCode, outcome: &str) -> Response {
-    (status, Json(json!({"outcome": outcome}))).into_response()
+fn outcome_only(status: StatusCode, outcome: Outcome) -> Response {
+    (status, Json(OutcomeBody::of(outcome))).into_response()
 }
 
 /// An existing key: its reservation if it matches the request, else KEY_REUSED.
@@ -85,10 +110,10 @@ fn replay_or_reused(
 ) -> Response {
     if &r.user_id == user && &r.sku == sku && r.qty == qty {
         metrics::counter!("escrow_reservations_total", "outcome" => "REPLAY").increment(1);
-        with_outcome(state, StatusCode::OK, "REPLAY", r)
+        with_outcome(state, StatusCode::OK, Outcome::Replay, r)
     } else {
         metrics::counter!("escrow_reservations_total", "outcome" => "KEY_REUSED").increment(1);
-        outcome_only(StatusCode::UNPROCESSABLE_ENTITY, "KEY_REUSED")
+        outcome_only(StatusCode::UNPROCESSABLE_ENTITY, Outcome::KeyReused)
     }
 }
 
@@ -104,6 +129,24 @@ fn enqueue(handle: &OwnerHandle, command: Command) -> Result<(), ApiError> {
 }
 
 /// `POST /v1/reservations`.
+#[utoipa::path(
+    post,
+    path = "/v1/reservations",
+    tag = "buyer",
+    request_body = ReserveBody,
+    responses(
+        (status = 201, description = "`HELD`: a new hold, committed", body = ReservationOutcome, links(("GetReservation" = (operation_id = "get_reservation", parameters(("request_key" = "$response.body#/reservation/request_key")))), ("Confirm" = (operation_id = "confirm", parameters(("request_key" = "$response.body#/reservation/request_key")))), ("Release" = (operation_id = "release", parameters(("request_key" = "$response.body#/reservation/request_key")))), ("Extend" = (operation_id = "extend", parameters(("request_key" = "$response.body#/reservation/request_key")))))),
+        (status = 200, description = "`REPLAY`: this key exists; its current state", body = ReservationOutcome),
+        (status = 400, description = "`BAD_REQUEST`: malformed body or field; nothing written", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`: no such SKU for this tenant", body = OutcomeBody),
+        (status = 409, description = "`SOLD_OUT` or `USER_LIMIT`; nothing written", body = OutcomeBody),
+        (status = 422, description = "`KEY_REUSED`: the key has a reservation for another user, SKU or qty", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: the read of a known key failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`PAUSED` (paused, halted, or the coordinator cannot be asked), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn reserve(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -135,7 +178,7 @@ pub async fn reserve(
     if let Some(reply) = gate(&view.gate_view(link_down), qty.units()) {
         metrics::counter!("escrow_reservations_total", "outcome" => reply.outcome()).increment(1);
         return match reply {
-            ReserveReply::SoldOut => Ok(outcome_only(StatusCode::CONFLICT, reply.outcome())),
+            ReserveReply::SoldOut => Ok(outcome_only(StatusCode::CONFLICT, Outcome::SoldOut)),
             _ => Err(ApiError::Paused),
         };
     }
@@ -150,20 +193,36 @@ pub async fn reserve(
     enqueue(&handle, Command::Reserve(request, deadline, tx))?;
     // The owner answers every queued request; a dropped sender means it stopped.
     let reply = rx.await.map_err(|_| ApiError::Paused)?;
-    let outcome = reply.outcome();
     Ok(match reply {
-        ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, outcome, &r),
-        ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, outcome, &r),
-        ReserveReply::SoldOut | ReserveReply::UserLimit => {
-            outcome_only(StatusCode::CONFLICT, outcome)
+        ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, Outcome::Held, &r),
+        ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, Outcome::Replay, &r),
+        ReserveReply::SoldOut => outcome_only(StatusCode::CONFLICT, Outcome::SoldOut),
+        ReserveReply::UserLimit => outcome_only(StatusCode::CONFLICT, Outcome::UserLimit),
+        ReserveReply::KeyReused => {
+            outcome_only(StatusCode::UNPROCESSABLE_ENTITY, Outcome::KeyReused)
         }
-        ReserveReply::KeyReused => outcome_only(StatusCode::UNPROCESSABLE_ENTITY, outcome),
         ReserveReply::Paused => return Err(ApiError::Paused),
         ReserveReply::WaitTimeout => return Err(ApiError::WaitTimeout),
     })
 }
 
 /// `GET /v1/reservations/{request_key}`.
+#[utoipa::path(
+    get,
+    path = "/v1/reservations/{request_key}",
+    operation_id = "get_reservation",
+    tag = "buyer",
+    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "R, as committed", body = ReservationBody),
+        (status = 400, description = "`BAD_REQUEST`: malformed key", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
+        (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -176,7 +235,7 @@ pub async fn get(
         .reservation(&tenant, &key)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(Json(reservation_json(&state, &r)).into_response())
+    Ok(reservation_json(&state, &r).into_response())
 }
 
 async fn act(
@@ -207,9 +266,9 @@ async fn act(
     enqueue(&handle, Command::Act(key, action, deadline, tx))?;
     let reply = rx.await.map_err(|_| ApiError::Paused)?;
     Ok(match reply {
-        ActReply::Accepted(r) => Json(reservation_json(&state, &r)).into_response(),
+        ActReply::Accepted(r) => reservation_json(&state, &r).into_response(),
         ActReply::Refused(r) => {
-            (StatusCode::CONFLICT, Json(reservation_json(&state, &r))).into_response()
+            (StatusCode::CONFLICT, reservation_json(&state, &r)).into_response()
         }
         ActReply::NotFound => return Err(ApiError::NotFound),
         ActReply::Paused => return Err(ApiError::Paused),
@@ -218,6 +277,22 @@ async fn act(
 }
 
 /// `POST /v1/reservations/{request_key}/confirm`.
+#[utoipa::path(
+    post,
+    path = "/v1/reservations/{request_key}/confirm",
+    tag = "buyer",
+    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "R with `SOLD` (also if it already was)", body = ReservationBody),
+        (status = 409, description = "R with `EXPIRED` or `RELEASED`", body = ReservationBody),
+        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
+        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn confirm(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -227,6 +302,22 @@ pub async fn confirm(
 }
 
 /// `POST /v1/reservations/{request_key}/release`.
+#[utoipa::path(
+    post,
+    path = "/v1/reservations/{request_key}/release",
+    tag = "buyer",
+    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "R with `RELEASED`, or `EXPIRED` if it had expired", body = ReservationBody),
+        (status = 409, description = "R with `SOLD`", body = ReservationBody),
+        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
+        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn release(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -236,6 +327,23 @@ pub async fn release(
 }
 
 /// `POST /v1/reservations/{request_key}/extend`.
+#[utoipa::path(
+    post,
+    path = "/v1/reservations/{request_key}/extend",
+    tag = "buyer",
+    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    request_body(content = Option<ExtendBody>, description = "Optional; an empty body needs no Content-Type"),
+    responses(
+        (status = 200, description = "R with the new `expires_at`", body = ReservationBody),
+        (status = 409, description = "R: already extended, expired, sold or released", body = ReservationBody),
+        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
+        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
+        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn extend(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -251,6 +359,20 @@ pub async fn extend(
 }
 
 /// `GET /v1/skus/{sku}`: from memory, cacheable for a second.
+#[utoipa::path(
+    get,
+    path = "/v1/skus/{sku}",
+    tag = "buyer",
+    params(("sku" = String, Path, description = "The SKU, of the key's tenant", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    responses(
+        (status = 200, description = "This region's units, from memory", body = SkuStatusBody, headers(("Cache-Control" = String, description = "`public, max-age=1`"))),
+        (status = 400, description = "`BAD_REQUEST`: malformed SKU", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
+        (status = 404, description = "`UNKNOWN_SKU`: no such SKU for this tenant", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn sku_status(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -267,7 +389,11 @@ pub async fn sku_status(
         available == 0 && (state.link().is_none() || handle.view.is_sold_out_everywhere());
     Ok((
         [(header::CACHE_CONTROL, "public, max-age=1")],
-        Json(json!({"sku": sku, "available": available, "sold_out": sold_out})),
+        Json(SkuStatusBody {
+            sku,
+            available,
+            sold_out,
+        }),
     )
         .into_response())
 }

@@ -3,11 +3,11 @@
 //! Bodies name the outcome from the contract and, for bad input, what is
 //! wrong; 5xx details are logged, never returned.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
+use super::bodies::{NotFoundBody, NotFoundStatus, Outcome, OutcomeBody};
 use crate::store::StoreError;
 
 /// Everything a handler can answer besides success.
@@ -51,68 +51,59 @@ impl From<StoreError> for ApiError {
     }
 }
 
-fn retry_after(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+fn retry_after(status: StatusCode, outcome: Outcome) -> Response {
+    let retry = [(header::RETRY_AFTER, "1")];
+    (status, retry, Json(OutcomeBody::of(outcome))).into_response()
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        match self {
+        let (status, body) = match self {
             ApiError::BadRequest(error) => (
                 StatusCode::BAD_REQUEST,
-                Json(json!({"outcome": "BAD_REQUEST", "error": error})),
-            )
-                .into_response(),
+                OutcomeBody {
+                    outcome: Outcome::BadRequest,
+                    error: Some(error),
+                },
+            ),
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
-                Json(json!({"outcome": "UNAUTHORIZED"})),
-            )
-                .into_response(),
-            ApiError::UnknownSku => (
-                StatusCode::NOT_FOUND,
-                Json(json!({"outcome": "UNKNOWN_SKU"})),
-            )
-                .into_response(),
+                OutcomeBody::of(Outcome::Unauthorized),
+            ),
+            ApiError::UnknownSku => (StatusCode::NOT_FOUND, OutcomeBody::of(Outcome::UnknownSku)),
             ApiError::NotFound => {
-                (StatusCode::NOT_FOUND, Json(json!({"status": "NOT_FOUND"}))).into_response()
+                let body = NotFoundBody {
+                    status: NotFoundStatus::NotFound,
+                };
+                return (StatusCode::NOT_FOUND, Json(body)).into_response();
             }
             ApiError::Conflict(error) => (
                 StatusCode::CONFLICT,
-                Json(json!({"outcome": "CONFLICT", "error": error})),
-            )
-                .into_response(),
-            ApiError::Paused => retry_after(
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"outcome": "PAUSED"})),
-                )
-                    .into_response(),
+                OutcomeBody {
+                    outcome: Outcome::Conflict,
+                    error: Some(error),
+                },
             ),
-            ApiError::QueueFull => retry_after(
-                (
+            ApiError::Paused => {
+                return retry_after(StatusCode::SERVICE_UNAVAILABLE, Outcome::Paused)
+            }
+            ApiError::QueueFull => {
+                return retry_after(StatusCode::SERVICE_UNAVAILABLE, Outcome::RejectedQueueFull)
+            }
+            ApiError::WaitTimeout => {
+                return retry_after(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"outcome": "REJECTED_QUEUE_FULL"})),
+                    Outcome::RejectedWaitTimeout,
                 )
-                    .into_response(),
-            ),
-            ApiError::WaitTimeout => retry_after(
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"outcome": "REJECTED_WAIT_TIMEOUT"})),
-                )
-                    .into_response(),
-            ),
+            }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    Json(json!({"outcome": "INTERNAL"})),
+                    OutcomeBody::of(Outcome::Internal),
                 )
-                    .into_response()
             }
-        }
+        };
+        (status, Json(body)).into_response()
     }
 }

@@ -16,7 +16,8 @@ pub const BODY_BYTES_MAX: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-/// A JSON body that may also be absent (empty), parsed into `T` if present.
+/// A JSON body that may also be absent (empty or `null`), parsed into `T`
+/// if present.
 #[derive(Debug)]
 pub struct OptionalJsonBody<T>(pub Option<T>);
 
@@ -67,6 +68,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJsonBody<T>
                 "Content-Type must be application/json".into(),
             ));
         }
-        parse(&bytes).map(|v| OptionalJsonBody(Some(v)))
+        // `null` is no body, as a JSON null for an optional field is no field.
+        parse(&bytes).map(OptionalJsonBody)
     }
 }

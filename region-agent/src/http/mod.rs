@@ -1,9 +1,11 @@
 //! HTTP: routes, body limits and the global bound on requests in flight.
 
 pub mod admin;
+pub mod bodies;
 pub mod buyer;
 pub mod error;
 pub mod json;
+pub mod openapi;
 pub mod ops;
 pub mod retention;
 
@@ -60,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(openapi::document))
         .layer(DefaultBodyLimit::max(json::BODY_BYTES_MAX))
         .layer(
             ServiceBuilder::new()

@@ -7,12 +7,27 @@ use axum::response::{IntoResponse, Response};
 use crate::state::AppState;
 
 /// `GET /healthz`: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
 /// `GET /readyz`: the database answers, migrations are applied, and this
 /// process still holds its region.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
+        (status = 503, description = "`database unavailable`, or `fenced` once another agent took the region", body = String, content_type = "text/plain"),
+    )
+)]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.fence().is_fenced() {
         return (StatusCode::SERVICE_UNAVAILABLE, "fenced").into_response();
@@ -27,6 +42,12 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
+)]
 pub async fn metrics(State(state): State<AppState>) -> String {
     state.metrics().render()
 }

@@ -7,9 +7,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
+use super::bodies::OutcomeBody;
 use super::error::ApiError;
 use super::json::JsonBody;
 use crate::state::AppState;
@@ -26,14 +27,38 @@ pub const WINDOW_MAX_S: u64 = 315_360_000;
 pub const PRUNE_BATCH: u32 = 1_000;
 
 /// `POST /v1/admin/prune` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PruneBody {
-    /// Delete what ended more than this many seconds ago.
+    /// Delete what ended more than this many seconds ago, 60..=315,360,000.
+    #[schema(minimum = 60, maximum = 315_360_000)]
     older_than_s: u64,
 }
 
+/// What a prune deleted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrunedBody {
+    /// Released and expired reservations whose hold ended before the window.
+    pub reservations: u64,
+    /// Confirmed grants credited before the window.
+    pub grants: u64,
+}
+
 /// Prunes what ended more than `older_than_s` ago; answers how much.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/prune",
+    tag = "admin",
+    request_body = PruneBody,
+    responses(
+        (status = 200, description = "What was deleted: released and expired reservations whose hold ended before the window (their keys are unknown afterwards) and confirmed grants credited before it; SOLD and HELD reservations stay", body = PrunedBody),
+        (status = 400, description = "`BAD_REQUEST`: bad body, or a window out of range", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn prune(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -66,5 +91,9 @@ pub async fn prune(
     }
     metrics::counter!("escrow_pruned_total", "what" => "reservations").increment(reservations);
     metrics::counter!("escrow_pruned_total", "what" => "grants").increment(grants);
-    Ok(Json(json!({"reservations": reservations, "grants": grants})).into_response())
+    Ok(Json(PrunedBody {
+        reservations,
+        grants,
+    })
+    .into_response())
 }

@@ -1,0 +1,82 @@
+//! Rendering an OpenAPI document for `GET /openapi.json`, the same way in
+//! both services.
+
+use serde_json::Value;
+
+/// Fields of a Link Object that utoipa 5.5 serializes in snake case
+/// (`operation_id`) where OpenAPI names them in camel case
+/// (`operationId`): a tool reading the document would find no target
+/// operation, and schemathesis refuses the links of its stateful phase.
+const LINK_FIELDS: [(&str, &str); 3] = [
+    ("operation_id", "operationId"),
+    ("operation_ref", "operationRef"),
+    ("request_body", "requestBody"),
+];
+
+/// The document as JSON text, with the links' field names as OpenAPI
+/// spells them.
+pub fn render(doc: &utoipa::openapi::OpenApi) -> String {
+    // A document of maps, strings and numbers always converts.
+    let mut json = serde_json::to_value(doc).expect("an OpenAPI document converts to JSON");
+    let operations = json
+        .get_mut("paths")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut());
+    for operation in operations {
+        let links = operation
+            .get_mut("responses")
+            .and_then(Value::as_object_mut)
+            .into_iter()
+            .flat_map(|responses| responses.values_mut())
+            .filter_map(|response| response.get_mut("links"))
+            .filter_map(Value::as_object_mut)
+            .flat_map(|links| links.values_mut())
+            .filter_map(Value::as_object_mut);
+        for link in links {
+            for (snake, camel) in LINK_FIELDS {
+                if let Some(value) = link.remove(snake) {
+                    link.insert(camel.to_owned(), value);
+                }
+            }
+        }
+    }
+    json.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::openapi::link::LinkBuilder;
+    use utoipa::openapi::path::{OperationBuilder, PathItem};
+    use utoipa::openapi::{HttpMethod, OpenApiBuilder, PathsBuilder, ResponseBuilder};
+
+    use super::*;
+
+    /// Goal: a response's link names its target with `operationId`, the
+    /// field OpenAPI defines, whatever utoipa writes.
+    #[test]
+    fn links_name_their_operation_in_camel_case() {
+        let link = LinkBuilder::new()
+            .operation_id("confirm")
+            .parameter("request_key", "$response.body#/request_key")
+            .build();
+        let response = ResponseBuilder::new()
+            .description("held")
+            .link("Confirm", link)
+            .build();
+        let operation = OperationBuilder::new().response("201", response).build();
+        let doc = OpenApiBuilder::new()
+            .paths(PathsBuilder::new().path("/r", PathItem::new(HttpMethod::Post, operation)))
+            .build();
+        let json: Value = serde_json::from_str(&render(&doc)).unwrap();
+        let link = &json["paths"]["/r"]["post"]["responses"]["201"]["links"]["Confirm"];
+        assert_eq!(link["operationId"], "confirm");
+        assert!(link.get("operation_id").is_none());
+        assert_eq!(
+            link["parameters"]["request_key"],
+            "$response.body#/request_key"
+        );
+    }
+}
