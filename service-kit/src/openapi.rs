@@ -2,6 +2,7 @@
 //! both services.
 
 use serde_json::Value;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 /// Fields of a Link Object that utoipa 5.5 serializes in snake case
 /// (`operation_id`) where OpenAPI names them in camel case
@@ -12,6 +13,19 @@ const LINK_FIELDS: [(&str, &str); 3] = [
     ("operation_ref", "operationRef"),
     ("request_body", "requestBody"),
 ];
+
+/// Declares the one kind of credential both services take, a bearer
+/// token, as the security scheme `bearer`; `which` says which token goes
+/// where.
+pub fn add_bearer(doc: &mut utoipa::openapi::OpenApi, which: &str) {
+    let scheme = HttpBuilder::new()
+        .scheme(HttpAuthScheme::Bearer)
+        .description(Some(which))
+        .build();
+    doc.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+}
 
 /// The document as JSON text, with the links' field names as OpenAPI
 /// spells them.

@@ -7,7 +7,6 @@ use std::sync::LazyLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{admin, region, retention};
@@ -17,16 +16,10 @@ struct BearerAuth;
 
 impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let scheme = HttpBuilder::new()
-            .scheme(HttpAuthScheme::Bearer)
-            .description(Some(
-                "The admin token (`--admin-token`) on the admin API, the region's token (`--region-token REGION=TOKEN`) on the region API",
-            ))
-            .build();
-        openapi
-            .components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        service_kit::openapi::add_bearer(
+            openapi,
+            "The admin token (`--admin-token`) on the admin API, the region's token (`--region-token REGION=TOKEN`) on the region API",
+        );
     }
 }
 
