@@ -1,0 +1,149 @@
+//! The disk under a SQLite agent fills up during a sale, then space comes
+//! back: commits fail while it is full (the SKU pauses, buyers hear 503 and
+//! retry), no acknowledged hold is lost, and selling resumes by itself.
+//! Runs the real `region-agent` binary on a SQLite file in a tmpfs of 32 MiB
+//! the test mounts (root only; otherwise it says so and skips).
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use test_support::history::{Expect, History};
+use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+
+/// A tmpfs mounted for the test, unmounted on drop.
+struct TinyDisk(PathBuf);
+
+impl TinyDisk {
+    fn mount(size: &str) -> Option<Self> {
+        let dir = std::env::temp_dir().join(format!("escrow-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        mounted.then(|| Self(dir))
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> PathBuf {
+        let filler = self.0.join("filler");
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=4k"])
+            .output();
+        filler
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn(dir: &Path, port: u16) -> Proc {
+    let url = format!("sqlite://{}", dir.join("agent.db").display());
+    Proc::spawn(
+        service(env!("CARGO_BIN_EXE_region-agent"), port, &url).args([
+            "--region",
+            "eu",
+            "--tenant-key",
+            &format!("acme={ACME_KEY}"),
+        ]),
+    )
+}
+
+/// Goal: 300 buyers reserve while the agent's disk is full, and 300 more
+/// after space is freed. While full, no hold is acknowledged that is not
+/// stored (every 201 is there afterwards) and buyers hear 503; once freed,
+/// the agent sells again without a restart, every buyer ends HELD, and the
+/// counters agree with the rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_pauses_selling_and_loses_no_hold() {
+    let Some(disk) = TinyDisk::mount("32M") else {
+        eprintln!("*** SKIPPING: cannot mount a tmpfs (needs root) ***");
+        return;
+    };
+    let port = free_port();
+    let _agent = spawn(&disk.0, port);
+    let api = Api::new(&format!("http://127.0.0.1:{port}"));
+    wait_ready(&api.url).await;
+    let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for i in 0..50 {
+        let key = format!("before-{i}");
+        assert_eq!(api.reserve(&key, &key, "drop").await.0, StatusCode::CREATED);
+    }
+
+    let filler = disk.fill();
+    let history = Arc::new(History::new());
+    let reserve_all = |prefix: &'static str, n: usize| {
+        let (api, history) = (api.clone(), history.clone());
+        async move {
+            for i in 0..n {
+                let key = format!("{prefix}-{i}");
+                history.reserve(&api, "eu", &key, &key, "drop").await;
+            }
+        }
+    };
+    reserve_all("full", 300).await;
+    let refused = history
+        .ops()
+        .iter()
+        .filter(|op| op.status == Some(StatusCode::SERVICE_UNAVAILABLE))
+        .count();
+    assert!(refused > 0, "a full disk refuses commits");
+    eprintln!(
+        "disk full: {}",
+        history.summary(Duration::ZERO..Duration::MAX)
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    // Buyers retry their refused keys (a 503 is always safe to retry), and new ones come.
+    let retried: Vec<String> = history
+        .ops()
+        .iter()
+        .filter(|op| op.status != Some(StatusCode::CREATED))
+        .map(|op| op.key.clone())
+        .collect();
+    eventually(
+        "the agent sells again",
+        Duration::from_secs(20),
+        async || api.reserve("probe", "probe", "drop").await.0 == StatusCode::CREATED,
+    )
+    .await;
+    for key in &retried {
+        let answer = api.reserve_until_final(key, key, "drop").await;
+        assert!(answer.status.is_success(), "{key}: {answer:?}");
+    }
+    reserve_all("after", 300).await;
+
+    let mut stored = std::collections::BTreeMap::new();
+    for key in history.held_keys().keys() {
+        let (status, body) = api.get(key).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {body}");
+        stored.insert(key.clone(), body["status"].as_str().unwrap().to_owned());
+    }
+    let audit = api.assert_no_drift().await;
+    let held = audit["skus"][0]["held"].as_u64().unwrap();
+    // 50 before, the probe, every retried key and the 300 after.
+    assert_eq!(held, 50 + 1 + 300 + 300);
+    history.check(
+        &Expect {
+            total: 100_000,
+            held_or_sold: history.held_keys().len() as u64,
+            answer_within: Duration::from_secs(3),
+            staleness: Duration::from_secs(1),
+            schedule: "the disk full from the 51st hold, freed after 300 more requests".into(),
+            down: Vec::new(),
+        },
+        &stored,
+    );
+}
