@@ -1,11 +1,13 @@
 //! Plumbing the coordinator and the region agent share, so both services
 //! authenticate, log, export metrics, shut down, open their database
-//! ([`db`]) and serve their OpenAPI document ([`openapi`]) the same way.
+//! ([`db`]), serve their OpenAPI document ([`openapi`]) and bound their
+//! retention window ([`retention`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
 
 pub mod db;
 pub mod openapi;
+pub mod retention;
 
 use std::sync::OnceLock;
 

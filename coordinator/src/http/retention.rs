@@ -5,33 +5,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use service_kit::retention::{PruneBody, PRUNE_BATCH};
 use utoipa::ToSchema;
 
 use super::admin::admin_only;
 use super::bodies::OutcomeBody;
 use super::error::ApiError;
 use crate::AppState;
-
-/// Shortest window a prune accepts, s: every call between agent and
-/// coordinator times out within seconds, so no take is retried and no
-/// grant delivered this long after.
-pub const WINDOW_MIN_S: u64 = 60;
-
-/// Longest window a prune accepts, s (ten years).
-pub const WINDOW_MAX_S: u64 = 315_360_000;
-
-/// Rows a prune deletes per transaction.
-pub const PRUNE_BATCH: u32 = 1_000;
-
-/// `POST /v1/admin/prune` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PruneBody {
-    /// Delete what ended more than this many seconds ago, 60..=315,360,000.
-    #[schema(minimum = 60, maximum = 315_360_000)]
-    older_than_s: u64,
-}
 
 /// What a prune deleted.
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,13 +46,10 @@ pub async fn prune(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let Json(body) = body?;
-    if !(WINDOW_MIN_S..=WINDOW_MAX_S).contains(&body.older_than_s) {
-        return Err(ApiError::BadRequest(format!(
-            "older_than_s must be in {WINDOW_MIN_S}..={WINDOW_MAX_S}"
-        )));
-    }
-    // In range, so the cast and the subtraction cannot fail.
-    let before = chrono::Utc::now() - chrono::Duration::seconds(body.older_than_s as i64);
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+    let cut_ms = body.cut_ms(now_ms).map_err(ApiError::BadRequest)?;
+    let before = chrono::DateTime::from_timestamp_millis(i64::try_from(cut_ms).unwrap_or(0))
+        .unwrap_or_default();
     let (mut grants, mut admin_keys) = (0u64, 0u64);
     loop {
         let pruned = state.store().prune(before, PRUNE_BATCH).await?;

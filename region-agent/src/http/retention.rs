@@ -7,33 +7,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use service_kit::retention::{PruneBody, PRUNE_BATCH};
 use utoipa::ToSchema;
 
 use super::bodies::OutcomeBody;
 use super::error::ApiError;
 use super::json::JsonBody;
 use crate::state::AppState;
-
-/// Shortest window a prune accepts, s: no message between agent and
-/// coordinator lives this long (every call times out within seconds), so
-/// nothing pruned can still be delivered or retried.
-pub const WINDOW_MIN_S: u64 = 60;
-
-/// Longest window a prune accepts, s (ten years).
-pub const WINDOW_MAX_S: u64 = 315_360_000;
-
-/// Rows a prune deletes per transaction.
-pub const PRUNE_BATCH: u32 = 1_000;
-
-/// `POST /v1/admin/prune` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PruneBody {
-    /// Delete what ended more than this many seconds ago, 60..=315,360,000.
-    #[schema(minimum = 60, maximum = 315_360_000)]
-    older_than_s: u64,
-}
 
 /// What a prune deleted.
 #[derive(Debug, Serialize, ToSchema)]
@@ -67,12 +48,7 @@ pub async fn prune(
     if !state.auth().is_admin(&headers) {
         return Err(ApiError::Unauthorized);
     }
-    if !(WINDOW_MIN_S..=WINDOW_MAX_S).contains(&body.older_than_s) {
-        return Err(ApiError::BadRequest(format!(
-            "older_than_s must be in {WINDOW_MIN_S}..={WINDOW_MAX_S}"
-        )));
-    }
-    let before_ms = state.now_ms().saturating_sub(body.older_than_s * 1_000);
+    let before_ms = body.cut_ms(state.now_ms()).map_err(ApiError::BadRequest)?;
     let (mut reservations, mut grants) = (0u64, 0u64);
     loop {
         let pruned = state.store().prune(before_ms, PRUNE_BATCH).await?;
