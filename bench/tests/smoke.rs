@@ -66,6 +66,7 @@ async fn serve_agent(db: &TestDb) -> Served {
             wait_timeout_ms: 10_000,
         },
         coordinator: None,
+        keys: region_agent::KeyMemory::default(),
     };
     let store: Arc<dyn Store> = match db.postgres_pool() {
         Some(pool) => Arc::new(PgStore::new(pool.clone())),

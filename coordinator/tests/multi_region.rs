@@ -697,6 +697,7 @@ async fn a_database_keeps_its_mode(db: TestDb) {
             wait_timeout_ms: 1_000,
         },
         coordinator,
+        keys: region_agent::KeyMemory::default(),
     };
     let standalone = region_agent::start(
         store::open(eu_db.url(), 4).await.unwrap(),

@@ -3,8 +3,7 @@
 //! The owner decides in memory; a driver commits the decisions as one
 //! [`Batch`] whose statements re-check every condition, and hands back a
 //! [`BatchOutcome`] with what the database decided that memory could not
-//! know (a key taken meanwhile, holds the sweep expired, grants already
-//! credited). The region agent's store and the simulator's book both take
+//! know (a key taken meanwhile, grants already credited). The region agent's store and the simulator's book both take
 //! these types, so both drivers commit the same decisions.
 
 use crate::ids::{Qty, RequestKey, Sku, SkuSettings, Tenant, UserId};
@@ -68,10 +67,10 @@ pub struct Batch {
     /// Holds to insert if their key and user are free.
     pub holds: Vec<NewHold>,
     /// Decided transitions of existing reservations, with their quantities,
-    /// in the order they were decided: two on one key apply one after the other.
+    /// in the order they were decided: two on one key apply one after the
+    /// other. The expiry of due holds is among them, decided from the
+    /// owner's deadline queue.
     pub transitions: Vec<(RequestKey, Qty, Transition)>,
-    /// Whether to expire every due hold of the SKU.
-    pub sweep: bool,
     /// Admin and directive changes.
     pub changes: Vec<StockChange>,
     /// Grants from the coordinator to credit, each at most once.
@@ -89,18 +88,25 @@ impl Batch {
             now_ms,
             holds: Vec::new(),
             transitions: Vec::new(),
-            sweep: false,
             changes: Vec::new(),
             grants: Vec::new(),
             returns: Vec::new(),
         }
     }
 
+    /// Units whose holds this batch expires.
+    pub fn expired_units(&self) -> u64 {
+        self.transitions
+            .iter()
+            .filter(|(_, _, change)| *change == Transition::Expire)
+            .map(|(_, qty, _)| qty.units())
+            .sum()
+    }
+
     /// Whether committing it would change nothing.
     pub fn is_empty(&self) -> bool {
         self.holds.is_empty()
             && self.transitions.is_empty()
-            && !self.sweep
             && self.changes.is_empty()
             && self.grants.is_empty()
             && self.returns.is_empty()
@@ -112,8 +118,6 @@ impl Batch {
 pub struct BatchOutcome {
     /// For each of `Batch::holds`, whether its row was inserted.
     pub inserted: Vec<bool>,
-    /// Holds the sweep expired, with their quantities.
-    pub expired: Vec<(RequestKey, Qty)>,
     /// Ids of grants credited now (not seen before).
     pub applied_grants: Vec<String>,
 }
@@ -137,6 +141,9 @@ pub struct SkuRecord {
     pub rows_held: u64,
     /// Units in SOLD rows.
     pub rows_sold: u64,
+    /// The HELD reservations: the owner settles and expires them from
+    /// memory.
+    pub holds: Vec<Reservation>,
 }
 
 impl SkuRecord {

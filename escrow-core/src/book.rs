@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::batch::{Batch, BatchOutcome, StockChange};
 use crate::ids::{RequestKey, Sku, SkuSettings, UserId};
 use crate::ledger::Ledger;
-use crate::reservation::{Reservation, Status, Transition, Verdict};
+use crate::reservation::{Reservation, Status, Transition};
 
 /// One SKU's counters and reservations in one region.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ impl Book {
     }
 
     /// Commits an owner's batch the way the agent's store does, in the
-    /// same order (transitions, sweep, changes, holds): every step is
+    /// same order (transitions, changes, holds): every step is
     /// conditional, a hold is inserted only if its key and its user are
     /// free. Grants and returns are the caller's (they need transfer
     /// tables), as are mode changes. An `Err` means the owner decided
@@ -64,7 +64,10 @@ impl Book {
                 .reservations
                 .get_mut(key)
                 .ok_or_else(|| format!("transition of unknown key {key}"))?;
-            if r.status != Status::Held || r.qty != *qty {
+            // The store's conditions: an expiry finds the hold due, any
+            // other change finds it not yet due.
+            let due = r.is_due(batch.now_ms);
+            if r.status != Status::Held || r.qty != *qty || due != (*change == Transition::Expire) {
                 return Err(format!("{change:?} of {key} found it {:?}", r.status));
             }
             change
@@ -73,22 +76,6 @@ impl Book {
             r.apply(*change);
             if !r.status.is_active() {
                 self.active_by_user.remove(&r.user_id);
-            }
-        }
-        let mut expired = Vec::new();
-        if batch.sweep {
-            let due: Vec<RequestKey> = self
-                .reservations
-                .values()
-                .filter(|r| r.is_due(batch.now_ms))
-                .map(|r| r.request_key.clone())
-                .collect();
-            for key in due {
-                if let Some((verdict, r)) = self.act(&key, |r| r.expire(batch.now_ms)) {
-                    if verdict.change == Some(Transition::Expire) {
-                        expired.push((key, r.qty));
-                    }
-                }
             }
         }
         for change in &batch.changes {
@@ -122,28 +109,8 @@ impl Book {
         }
         Ok(BatchOutcome {
             inserted,
-            expired,
             applied_grants: Vec::new(),
         })
-    }
-
-    fn act(
-        &mut self,
-        key: &RequestKey,
-        decide: impl FnOnce(&Reservation) -> Verdict,
-    ) -> Option<(Verdict, Reservation)> {
-        let reservation = self.reservations.get_mut(key)?;
-        let verdict = decide(reservation);
-        if let Some(change) = verdict.change {
-            change
-                .apply_to_ledger(&mut self.ledger, reservation.qty)
-                .expect("a HELD reservation's units are in held");
-            reservation.apply(change);
-            if !reservation.status.is_active() {
-                self.active_by_user.remove(&reservation.user_id);
-            }
-        }
-        Some((verdict, reservation.clone()))
     }
 }
 
@@ -154,6 +121,7 @@ mod tests {
     use super::*;
     use crate::batch::NewHold;
     use crate::ids::{Qty, Tenant, TtlMs};
+    use crate::reservation::Verdict;
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -262,11 +230,15 @@ mod tests {
                     }
                     Op::Sweep => {
                         let mut b = batch(now);
-                        b.sweep = true;
-                        let out = book.commit(&b).unwrap();
-                        let back: u64 = out.expired.iter().map(|(_, q)| q.units()).sum();
+                        b.transitions = book
+                            .reservations()
+                            .filter(|r| r.is_due(now))
+                            .map(|r| (r.request_key.clone(), r.qty, Transition::Expire))
+                            .collect();
+                        let back: u64 = b.transitions.iter().map(|(_, q, _)| q.units()).sum();
+                        book.commit(&b).unwrap();
                         prop_assert_eq!(book.ledger.available, before.available + back);
-                        prop_assert!(book.commit(&b).unwrap().expired.is_empty(), "a second sweep expires nothing");
+                        prop_assert!(b.transitions.is_empty() || book.commit(&b).is_err(), "a second expiry of a hold is refused");
                     }
                     Op::Advance(ms) => now += u64::from(ms),
                     Op::Receive(n) => {
@@ -287,8 +259,8 @@ mod tests {
     }
 
     /// Goal: a transition the rows do not allow is refused, as the store's
-    /// conditional update refuses it (negative control): confirming a hold
-    /// that the sweep already expired.
+    /// conditional update refuses it (negative control): expiring a hold
+    /// not yet due, confirming a hold that already expired.
     #[test]
     fn a_transition_of_a_row_no_longer_held_is_refused() {
         let mut book = Book::new(Sku::parse("s").unwrap(), SkuSettings::default());
@@ -301,9 +273,19 @@ mod tests {
             expires_at_ms: 1_000,
         });
         assert_eq!(book.commit(&b).unwrap().inserted, vec![true]);
+        let mut early = batch(999);
+        early
+            .transitions
+            .push((key(1), Qty::ONE, Transition::Expire));
+        assert!(
+            book.commit(&early).is_err(),
+            "a hold not yet due does not expire"
+        );
         let mut sweep = batch(1_000);
-        sweep.sweep = true;
-        assert_eq!(book.commit(&sweep).unwrap().expired.len(), 1);
+        sweep
+            .transitions
+            .push((key(1), Qty::ONE, Transition::Expire));
+        book.commit(&sweep).unwrap();
         assert_eq!(book.ledger.available, 1);
         let mut confirm = batch(1_000);
         confirm

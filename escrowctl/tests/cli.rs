@@ -403,6 +403,7 @@ async fn agent(db: &TestDb, url: &str) -> (Served, TestDb) {
             wait_timeout_ms: 10_000,
         },
         coordinator: Some(Arc::new(CoordinatorLink::new(Arc::new(http), 50))),
+        keys: region_agent::KeyMemory::default(),
     };
     let state = region_agent::start(
         region_agent::store::open(db.url(), 4).await.unwrap(),

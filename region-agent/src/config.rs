@@ -50,6 +50,16 @@ pub struct Config {
     /// Database connections in the pool (on SQLite: readers beside the one writer).
     #[arg(long, env = "AGENT_DB_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=512))]
     pub db_pool_size: u32,
+    /// Idempotency window, seconds: request keys stay in memory for one to
+    /// two windows after their reservation was created; a retry after that
+    /// is answered from the database.
+    #[arg(long, env = "AGENT_IDEMPOTENCY_WINDOW_S", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub idempotency_window_s: u64,
+    /// Request keys the fixed-size filter of every key ever committed holds
+    /// at a 1% false positive rate (about 1.2 bytes each); beyond it, more
+    /// new buyers on a sold-out SKU cost one database read.
+    #[arg(long, env = "AGENT_KEY_FILTER_CAPACITY", default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1_000..=1_000_000_000))]
+    pub key_filter_capacity: u64,
 }
 
 impl Config {

@@ -57,6 +57,30 @@ pub struct AgentSettings {
     pub limits: Limits,
     /// The coordinator; `None` runs standalone.
     pub coordinator: Option<Arc<CoordinatorLink>>,
+    /// How long request keys stay in memory.
+    pub keys: KeyMemory,
+}
+
+/// How long request keys stay in memory, and the filter behind them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyMemory {
+    /// The idempotency window, ms: a key stays in memory for one to two
+    /// windows after its reservation was created; a retry after that is
+    /// answered from the database.
+    pub window_ms: u64,
+    /// Keys the filter of every key holds at its nominal false positive
+    /// rate (1%): about 1.2 bytes of memory per key.
+    pub filter_capacity: usize,
+}
+
+impl Default for KeyMemory {
+    /// A window of 24 hours; a filter for 10 million keys (12 MiB).
+    fn default() -> Self {
+        Self {
+            window_ms: 24 * 3_600_000,
+            filter_capacity: 10_000_000,
+        }
+    }
 }
 
 /// Takes the region's lease, loads every SKU and starts their owners.
@@ -87,7 +111,10 @@ pub async fn start(
     let epoch = store.take_lease(&settings.region).await?;
     tracing::info!(region = %settings.region, epoch = epoch.0, "took the region lease");
     let fence = Arc::new(Fence::new(epoch));
-    let keys = Arc::new(KnownKeys::default());
+    let keys = Arc::new(KnownKeys::new(
+        settings.keys.window_ms,
+        settings.keys.filter_capacity,
+    ));
     let deps = OwnerDeps {
         committer: Committer::spawn(store.clone(), fence.clone()),
         store: store.clone(),
@@ -100,13 +127,11 @@ pub async fn start(
     };
     let registry = Registry::new(deps);
     for record in store.load_skus().await? {
-        keys.extend(
-            &record.tenant,
-            &record.sku,
-            store.keys_of(&record.tenant, &record.sku).await?,
-        );
+        let stored = store.keys_of(&record.tenant, &record.sku).await?;
+        keys.load(&record.tenant, &record.sku, stored, clock.now_ms());
         registry.start(record);
     }
+    tokio::spawn(keys::rotate_every(Arc::downgrade(&keys)));
     let (stop_sync, stop_rx) = tokio::sync::watch::channel(false);
     let state = AppState::new(Parts {
         region: settings.region,

@@ -10,7 +10,7 @@ use region_agent::clock::SystemClock;
 use region_agent::config::Config;
 use region_agent::coordinator_client::{CoordinatorLink, HttpCoordinator};
 use region_agent::owner::Limits;
-use region_agent::{run, start, store, AgentSettings};
+use region_agent::{run, start, store, AgentSettings, KeyMemory};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -44,6 +44,10 @@ async fn main() -> anyhow::Result<()> {
             wait_timeout_ms: config.wait_timeout_ms,
         },
         coordinator,
+        keys: KeyMemory {
+            window_ms: config.idempotency_window_s * 1_000,
+            filter_capacity: usize::try_from(config.key_filter_capacity).unwrap_or(usize::MAX),
+        },
     };
     let state = start(store, Arc::new(SystemClock), settings)
         .await

@@ -74,7 +74,6 @@ fn sorted(mut rows: Vec<Reservation>) -> Vec<Reservation> {
 }
 
 fn normal(mut o: BatchOutcome) -> BatchOutcome {
-    o.expired.sort_by(|a, b| a.0.cmp(&b.0));
     o.applied_grants.sort();
     o
 }

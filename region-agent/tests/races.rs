@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use escrow_core::{Sku, Tenant};
+use escrow_core::{Qty, RequestKey, Sku, Tenant, Transition};
 use region_agent::store::{Batch, Store};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -314,7 +314,7 @@ async fn release_twice_and_release_racing_expiry_return_once(db: TestDb) {
             "{body}"
         );
     }
-    // And the background sweep afterwards finds nothing left to return.
+    // And the owner's expiry afterwards finds nothing left to return.
     eventually(
         "sweep settles",
         std::time::Duration::from_secs(5),
@@ -330,8 +330,10 @@ async fn release_twice_and_release_racing_expiry_return_once(db: TestDb) {
     agent.stop().await;
 }
 
-/// Goal: two expiry sweeps running concurrently on the same rows, and a
-/// sweep killed mid-transaction then re-run, return each unit exactly once.
+/// Goal: two expiries of the same holds committing concurrently, and an
+/// expiry killed mid-transaction then re-run, return each unit exactly
+/// once: the first to commit expires every hold, the other changes no row
+/// and is refused whole, as is a re-run.
 async fn concurrent_and_killed_sweeps_return_each_unit_once(db: TestDb) {
     let agent = TestAgent::start_manual(&db).await;
     let api = agent.api();
@@ -345,7 +347,7 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(db: TestDb) {
     let now = agent.state.now_ms();
     agent.stop().await;
 
-    // A sweep killed halfway: its connection dies before COMMIT.
+    // An expiry killed halfway: its connection dies before COMMIT.
     db.uncommitted(
         "UPDATE reservations SET status = 'EXPIRED' WHERE status = 'HELD' AND request_key < 'k2'",
     )
@@ -354,25 +356,29 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(db: TestDb) {
     assert_eq!(
         (s.held, s.rows_expired),
         (300, 0),
-        "nothing of the killed sweep is visible"
+        "nothing of the killed expiry is visible"
     );
 
-    // Two sweeps at once, each in its own transaction.
+    // Two expiries of every hold at once, each in its own transaction.
     let (store, _) = open_store(&db).await;
-    let sweep = |store: Arc<dyn Store>| async move {
+    let expire = |store: Arc<dyn Store>| async move {
         let mut batch = Batch::new(
             Tenant::parse("acme").unwrap(),
             Sku::parse("drop").unwrap(),
             now + 5_000,
         );
-        batch.sweep = true;
-        store.commit(epoch, &batch).await.unwrap().expired.len()
+        batch.transitions = (0..300)
+            .map(|i| {
+                let key = RequestKey::parse(&format!("k{i}")).unwrap();
+                (key, Qty::ONE, Transition::Expire)
+            })
+            .collect();
+        store.commit(epoch, &batch).await.is_ok()
     };
-    let (a, b) = tokio::join!(sweep(store.clone()), sweep(store.clone()));
-    let again = sweep(store).await;
-    println!("concurrent sweeps expired {a} + {b}, re-run {again}");
-    assert_eq!(a + b, 300);
-    assert_eq!(again, 0);
+    let (a, b) = tokio::join!(expire(store.clone()), expire(store.clone()));
+    let again = expire(store).await;
+    assert!(a != b, "exactly one of the concurrent expiries commits");
+    assert!(!again, "a re-run changes no row and is refused");
     let s = stored(&db, "drop").await;
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.rows_expired), (300, 0, 300));

@@ -600,7 +600,7 @@ impl Agent {
             .expect("a commit timer belongs to a commit");
         self.stats.commits += 1;
         let outcome = self.db.commit(&batch);
-        self.stats.expired_units += outcome.expired.iter().map(|(_, q)| q.units()).sum::<u64>();
+        self.stats.expired_units += batch.expired_units();
         self.owner.handle_commit_result(batch, Ok(outcome));
         self.pump(now_us, out);
     }

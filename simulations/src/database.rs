@@ -62,6 +62,12 @@ impl Database {
             mode: self.mode,
             rows_held: units(Status::Held),
             rows_sold: units(Status::Sold),
+            holds: self
+                .book
+                .reservations()
+                .filter(|r| r.status == Status::Held)
+                .cloned()
+                .collect(),
         }
     }
 

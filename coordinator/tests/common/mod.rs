@@ -259,6 +259,7 @@ impl Agent {
                 wait_timeout_ms: 10_000,
             },
             coordinator: Some(link),
+            keys: region_agent::KeyMemory::default(),
         };
         let state = region_agent::start(
             region_agent::store::open(db.url(), 8).await.unwrap(),

@@ -13,11 +13,13 @@
 //! 1. `handle_commands` takes up to `max_in_flight` commands (plus the
 //!    overflow of the last batch); requests past their deadline are refused
 //!    unserved, admin changes commit first, one at a time.
-//! 2. Actions need their rows: [`Io::Read`].
+//! 2. Actions decide on the live holds the owner keeps in memory; only a
+//!    key it does not hold (final, or unknown) needs its row: [`Io::Read`].
 //! 3. Holds are planned first fit; what does not fit asks the coordinator
 //!    for the missing units with one [`Io::Take`].
-//! 4. One [`Io::Commit`] carries holds, transitions in decision order,
-//!    grants, returns and the sweep; buyers are answered only once it is
+//! 4. One [`Io::Commit`] carries holds, transitions in decision order
+//!    (the expiry of due holds, from the owner's deadline queue, among
+//!    them), grants and returns; buyers are answered only once it is
 //!    durable. Keys that were not inserted are read back to answer REPLAY,
 //!    KEY_REUSED or USER_LIMIT.
 //!
@@ -27,7 +29,7 @@
 pub mod gate;
 pub mod messages;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::admission::{plan_reserves, Deadline, ReservePlan};
 use crate::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
@@ -36,7 +38,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{units_to_return, Mode};
 use crate::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use crate::rate::RateMeter;
-use crate::reservation::{Refusal, Reservation};
+use crate::reservation::{Refusal, Reservation, Status, Transition};
 
 pub use gate::{gate, GateView};
 pub use messages::{
@@ -44,7 +46,7 @@ pub use messages::{
     ReserveRequest, Ticket,
 };
 
-/// How often an idle owner wakes to sweep expired holds and return units.
+/// How often an idle owner wakes to expire due holds and return units.
 pub const SWEEP_INTERVAL_MS: u64 = 250;
 
 /// Half-life of the owner's demand meter (units asked for per second: what
@@ -195,7 +197,13 @@ pub struct SkuOwner {
     sync_due: bool,
     /// Since when this region has had free units.
     free_since_ms: Option<u64>,
-    next_sweep_ms: u64,
+    /// The SKU's HELD reservations, by key, as committed: actions decide
+    /// on them without reading the database.
+    holds: HashMap<RequestKey, Reservation>,
+    /// The same holds by expiry: what is due expires with the next batch.
+    expiry: BTreeSet<(u64, RequestKey)>,
+    /// When the last batch was decided.
+    decided_ms: u64,
     next_tick_ms: u64,
     overflow: VecDeque<PendingReserve>,
     /// Requests waiting for units to arrive from elsewhere, oldest first.
@@ -233,7 +241,9 @@ impl SkuOwner {
             rate_per_s: 0.0,
             sync_due: false,
             free_since_ms: None,
-            next_sweep_ms: 0,
+            holds: HashMap::new(),
+            expiry: BTreeSet::new(),
+            decided_ms: 0,
             next_tick_ms: now_ms + SWEEP_INTERVAL_MS,
             overflow: VecDeque::new(),
             parked: VecDeque::new(),
@@ -354,8 +364,10 @@ impl SkuOwner {
     }
 
     /// When the owner wants `handle_timeout` at the latest, ms since the
-    /// epoch: the next sweep, or the next take for requests waiting on
-    /// units from elsewhere, or the first of their deadlines.
+    /// epoch: the next tick, the first hold to fall due, or the next take
+    /// for requests waiting on units from elsewhere, or the first of their
+    /// deadlines. A hold already due when the last batch was decided (that
+    /// batch could not expire it) waits for the tick, not a busy loop.
     pub fn poll_timeout(&self) -> u64 {
         let parked = self
             .parked
@@ -363,7 +375,15 @@ impl SkuOwner {
             .map(|p| p.deadline.at_ms + 1)
             .min()
             .map(|deadline| deadline.min(self.next_take_ms));
-        parked.map_or(self.next_tick_ms, |at| at.min(self.next_tick_ms))
+        let due = self
+            .expiry
+            .first()
+            .map(|(at, _)| *at)
+            .filter(|at| *at > self.decided_ms);
+        [parked, due]
+            .into_iter()
+            .flatten()
+            .fold(self.next_tick_ms, u64::min)
     }
 
     /// Requests waiting for units from elsewhere.
@@ -417,6 +437,7 @@ impl SkuOwner {
     pub fn handle_commands(&mut self, now_ms: u64, commands: Vec<Command>) {
         assert!(self.is_idle(), "one batch at a time");
         self.next_tick_ms = now_ms + SWEEP_INTERVAL_MS;
+        self.decided_ms = now_ms;
         let mut work = Work::new(self.tenant.clone(), self.sku.clone(), now_ms);
         let mut reserves: Vec<PendingReserve> = self.parked.drain(..).collect();
         reserves.extend(self.overflow.drain(..));
@@ -500,7 +521,8 @@ impl SkuOwner {
         }
     }
 
-    /// Nothing came for a while: sweep and return units if due. Only while idle.
+    /// Nothing came for a while: expire due holds and return units if due.
+    /// Only while idle.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         if self.is_idle() {
             self.handle_commands(now_ms, Vec::new());
@@ -531,11 +553,11 @@ impl SkuOwner {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::ReadingActs(mut work) => match rows {
                 Some(rows) => {
-                    work.rows = rows
-                        .into_iter()
-                        .filter(|r| r.sku == self.sku)
-                        .map(|r| (r.request_key.clone(), r))
-                        .collect();
+                    work.rows.extend(
+                        rows.into_iter()
+                            .filter(|r| r.sku == self.sku)
+                            .map(|r| (r.request_key.clone(), r)),
+                    );
                     self.plan(work);
                 }
                 // Unknown is not "not found": refuse, nothing was written.
@@ -649,6 +671,30 @@ impl SkuOwner {
         self.mode = record.mode;
         self.drifted = !record.rows_agree();
         self.rows_drift = record.rows_drift();
+        self.expiry = record
+            .holds
+            .iter()
+            .map(|r| (r.expires_at_ms, r.request_key.clone()))
+            .collect();
+        self.holds = record
+            .holds
+            .into_iter()
+            .map(|r| (r.request_key.clone(), r))
+            .collect();
+    }
+
+    /// Keeps memory's live holds as a committed transition left them.
+    fn settle(&mut self, key: &RequestKey, change: Transition) {
+        let Some(r) = self.holds.get_mut(key) else {
+            return;
+        };
+        self.expiry.remove(&(r.expires_at_ms, key.clone()));
+        r.apply(change);
+        if r.status == Status::Held {
+            self.expiry.insert((r.expires_at_ms, key.clone()));
+        } else {
+            self.holds.remove(key);
+        }
     }
 
     /// Commits the next admin change, or goes on to serve buyers.
@@ -712,11 +758,24 @@ impl SkuOwner {
                 work.later.push(p);
             }
         }
-        if work.acts.is_empty() {
+        // Live holds are in memory; only keys this owner does not hold
+        // (final reservations, or none at all) are read.
+        let mut unheld = Vec::new();
+        for a in &work.acts {
+            if work.rows.contains_key(&a.key) || unheld.contains(&a.key) {
+                continue;
+            }
+            match self.holds.get(&a.key) {
+                Some(r) => {
+                    work.rows.insert(a.key.clone(), r.clone());
+                }
+                None => unheld.push(a.key.clone()),
+            }
+        }
+        if unheld.is_empty() {
             return self.plan(work);
         }
-        let keys = work.acts.iter().map(|a| a.key.clone()).collect();
-        self.io = Some(Io::Read(keys));
+        self.io = Some(Io::Read(unheld));
         self.phase = Phase::ReadingActs(work);
     }
 
@@ -754,8 +813,8 @@ impl SkuOwner {
         self.build(work);
     }
 
-    /// Writes the batch: holds, actions in decision order, grants,
-    /// directive changes, returns and the sweep.
+    /// Writes the batch: holds, actions in decision order, the expiry of
+    /// due holds, grants, directive changes and returns.
     fn build(&mut self, mut work: Work) {
         let now_ms = work.now_ms;
         let local_demand = !work.fresh.is_empty();
@@ -838,11 +897,20 @@ impl SkuOwner {
                 });
             }
         }
-        // Actions expire what they find due themselves, so the sweep runs
-        // on its own schedule only.
-        work.batch.sweep = self.ledger.held > 0 && now_ms >= self.next_sweep_ms;
-        if work.batch.sweep {
-            self.next_sweep_ms = now_ms + SWEEP_INTERVAL_MS;
+        // Due holds expire; one an action of this batch touched was
+        // decided by the action (which expires what it finds due).
+        let acted: HashSet<&RequestKey> = work.acts.iter().map(|a| &a.key).collect();
+        let due: Vec<RequestKey> = self
+            .expiry
+            .iter()
+            .take_while(|(at, _)| *at <= now_ms)
+            .map(|(_, key)| key)
+            .filter(|key| !acted.contains(key))
+            .cloned()
+            .collect();
+        for key in due {
+            let qty = self.holds[&key].qty;
+            work.batch.transitions.push((key, qty, Transition::Expire));
         }
         if work.batch.is_empty() {
             return self.committed(work, BatchOutcome::default());
@@ -876,6 +944,10 @@ impl SkuOwner {
             if *inserted {
                 let moved = self.ledger.hold(hold.qty.units());
                 self.check(moved);
+                self.expiry
+                    .insert((hold.expires_at_ms, hold.request_key.clone()));
+                self.holds
+                    .insert(hold.request_key.clone(), hold.reservation(&self.sku));
             }
         }
         self.rate_per_s = self.rate.rate_per_s(now_ms);
@@ -885,13 +957,10 @@ impl SkuOwner {
             // Those units are free in the pool now: not sold out everywhere.
             self.sold_out_everywhere = false;
         }
-        for (_, qty, change) in &work.batch.transitions {
+        for (key, qty, change) in &work.batch.transitions {
             let moved = change.apply_to_ledger(&mut self.ledger, *qty);
             self.check(moved);
-        }
-        for (_, qty) in &outcome.expired {
-            let moved = self.ledger.unhold(qty.units());
-            self.check(moved);
+            self.settle(key, *change);
         }
         self.free_since_ms = match (self.ledger.available, self.free_since_ms) {
             (0, _) => None,

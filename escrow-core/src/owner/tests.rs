@@ -80,6 +80,11 @@ impl Harness {
             mode: Mode::Escrow,
             rows_held: units(Status::Held),
             rows_sold: units(Status::Sold),
+            holds: book
+                .reservations()
+                .filter(|r| r.status == Status::Held)
+                .cloned()
+                .collect(),
         }
     }
 

@@ -168,7 +168,7 @@ pub async fn reserve(
     let view = &handle.view;
     let qty = Qty::parse(raw_qty, view.settings().max_per_user).map_err(bad)?;
 
-    if state.keys().contains(&tenant, &key) {
+    if state.keys().may_know(&tenant, &key) {
         let existing = state.store().reservation(&tenant, &key).await?;
         if let Some(r) = existing {
             return Ok(replay_or_reused(&state, &r, &user, &sku, qty));
@@ -246,8 +246,8 @@ async fn act(
 ) -> Result<Response, ApiError> {
     let tenant = tenant_of(&state, &headers)?;
     let key = RequestKey::parse(&key).map_err(bad)?;
-    // Every committed key is in memory with its SKU; the row is read only
-    // for a key memory does not know, which then is most likely unknown.
+    // Keys of the idempotency window are in memory with their SKU; the row
+    // is read only for a key memory does not hold (older, or unknown).
     let sku = match state.keys().sku_of(&tenant, &key) {
         Some(sku) => sku,
         None => state

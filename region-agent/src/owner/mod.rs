@@ -428,7 +428,7 @@ impl Driver {
         let (batch, result) = self.deps.committer.commit(batch).await;
         let result = match result {
             Ok(outcome) => {
-                let expired: u64 = outcome.expired.iter().map(|(_, q)| q.units()).sum();
+                let expired = batch.expired_units();
                 if expired > 0 {
                     metrics::counter!("escrow_expired_units_total").increment(expired);
                 }
@@ -456,7 +456,9 @@ impl Driver {
             store.keys_of(tenant, sku).await,
         ) {
             (Ok(Some(record)), Ok(keys)) => {
-                self.deps.keys.extend(tenant, sku, keys);
+                self.deps
+                    .keys
+                    .load(tenant, sku, keys, self.deps.clock.now_ms());
                 tracing::info!(%tenant, %sku, "reloaded after a failed commit");
                 Some(record)
             }

@@ -147,8 +147,13 @@ pub trait Store: Send + Sync + 'static {
     async fn load_skus(&self) -> Result<Vec<SkuRecord>, StoreError>;
     /// One SKU with its counters and row sums.
     async fn load_sku(&self, tenant: &Tenant, sku: &Sku) -> Result<Option<SkuRecord>, StoreError>;
-    /// Every request key a tenant has used for a SKU.
-    async fn keys_of(&self, tenant: &Tenant, sku: &Sku) -> Result<Vec<RequestKey>, StoreError>;
+    /// Every request key a tenant has used for a SKU, each with when its
+    /// reservation was created (ms since the epoch).
+    async fn keys_of(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+    ) -> Result<Vec<(RequestKey, u64)>, StoreError>;
     /// Creates a SKU holding `total` units; false if it already exists.
     async fn create_sku(
         &self,

@@ -8,7 +8,7 @@
 //! the counter update checked by the table's CHECK constraints. A batch is
 //! one transaction: all of it or none.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -17,8 +17,8 @@ use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::rows::{
-    self, audit_row_from, pruned_key, request_key, reservation_from, sku_record_from,
-    transfer_from, Columns,
+    audit_row_from, hold_from, pruned_key, request_key, reservation_from, sku_record_from,
+    transfer_from, with_holds, Columns,
 };
 use super::{
     database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, Pruned,
@@ -91,62 +91,38 @@ const SKU_SELECT: &str = "
 
 const RESERVATION_COLUMNS: &str = "request_key, user_id, sku, qty, status, expires_at, extended";
 
-/// Applies one batch inside `tx`: transitions, sweep, changes, grants,
-/// holds, returns, then the counters once.
+/// Every HELD reservation with its tenant: what the owners settle and
+/// expire from memory.
+const HELD_SELECT: &str = "
+    SELECT tenant, request_key, user_id, sku, qty, status, expires_at, extended
+    FROM reservations WHERE status = 'HELD'";
+
+/// What one batch wrote before the shared statements: its counter moves
+/// so far and the grants the database credited.
+#[derive(Debug, Default)]
+struct Applied {
+    deltas: Deltas,
+    applied_grants: Vec<String>,
+}
+
+/// Applies what one batch writes besides its holds and counters, inside
+/// `tx`: transitions (expiries among them), changes, grants and returns.
+///
+/// Holds come after all of these ([`insert_holds`]): no transition names a
+/// key inserted in the same batch, and a release frees its user for a new
+/// hold. Counters move once, at the end ([`move_counters`]), so no step
+/// sees another's partial sums.
 async fn apply_batch(
     tx: &mut Transaction<'_, Postgres>,
     batch: &Batch,
-) -> Result<BatchOutcome, StoreError> {
+) -> Result<Applied, StoreError> {
     let mut deltas = Deltas::default();
-    // Decided transitions go first: the owner decided them on rows the
-    // sweep has not touched, and an action on a due hold decided its
-    // expiry itself. The sweep then finds only what no transition
-    // settled (its `expires_at <= now` is the owner's "due", and a
-    // transition leaves no due row HELD). Holds come after both: no
-    // transition names a key inserted in the same batch, and counters
-    // move once, at the end, so no step sees another's partial sums.
     apply_transitions(tx, batch, &mut deltas).await?;
-    let expired = if batch.sweep {
-        sweep(tx, batch, &mut deltas).await?
-    } else {
-        Vec::new()
-    };
     apply_changes(tx, batch, &mut deltas).await?;
     let applied_grants = apply_grants(tx, batch, &mut deltas).await?;
-    let inserted = insert_holds(tx, batch, &mut deltas).await?;
     debit_returns(tx, batch, &mut deltas).await?;
-    if !deltas.is_zero() {
-        // The hot row is touched last; the CHECK constraints refuse any
-        // move that would go negative or unbalance the ledger.
-        let changed = sqlx::query(
-            "UPDATE sku_stock
-             SET available = available + $3, held = held + $4, sold = sold + $5,
-                 received = received + $6, returned = returned + $7, updated_at = now()
-             WHERE tenant = $1 AND sku = $2 AND available + $3 >= 0",
-        )
-        .bind(batch.tenant.as_str())
-        .bind(batch.sku.as_str())
-        .bind(deltas.available)
-        .bind(deltas.held)
-        .bind(deltas.sold)
-        .bind(deltas.received)
-        .bind(deltas.returned)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| match e {
-            sqlx::Error::Database(db) if db.is_check_violation() => {
-                StoreError::Conflict("counter update refused by a CHECK constraint".into())
-            }
-            other => database(other),
-        })?
-        .rows_affected();
-        if changed != 1 {
-            return Err(StoreError::Conflict("not enough units available".into()));
-        }
-    }
-    Ok(BatchOutcome {
-        inserted,
-        expired,
+    Ok(Applied {
+        deltas,
         applied_grants,
     })
 }
@@ -312,78 +288,150 @@ async fn apply_round(
     Ok(())
 }
 
+/// Inserts the holds of every batch in one statement. Conflicts on the key
+/// (a replay) or on the one-active-per-user index skip the row; RETURNING
+/// tells which rows are new, and their units move each batch's counters.
 async fn insert_holds(
     tx: &mut Transaction<'_, Postgres>,
-    batch: &Batch,
-    deltas: &mut Deltas,
-) -> Result<Vec<bool>, StoreError> {
-    if batch.holds.is_empty() {
-        return Ok(Vec::new());
+    batches: &[&Batch],
+    applied: &mut [Applied],
+) -> Result<Vec<Vec<bool>>, StoreError> {
+    let mut inserted: Vec<Vec<bool>> = batches.iter().map(|b| vec![false; b.holds.len()]).collect();
+    let count: usize = batches.iter().map(|b| b.holds.len()).sum();
+    if count == 0 {
+        return Ok(inserted);
     }
-    let keys: Vec<&str> = batch.holds.iter().map(|h| h.request_key.as_str()).collect();
-    let users: Vec<&str> = batch.holds.iter().map(|h| h.user_id.as_str()).collect();
-    let qtys: Vec<i32> = batch.holds.iter().map(|h| h.qty.get() as i32).collect();
-    let expiries: Vec<DateTime<Utc>> = batch.holds.iter().map(|h| ts(h.expires_at_ms)).collect();
-    // Conflicts on the key (a replay) or on the one-active-per-user index
-    // skip the row; RETURNING tells which rows are new.
+    let mut origin = Vec::with_capacity(count);
+    let (mut tenants, mut skus, mut keys, mut users) = (
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+    );
+    let (mut qtys, mut expiries, mut created) = (
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+        Vec::with_capacity(count),
+    );
+    for (b, batch) in batches.iter().enumerate() {
+        for (h, hold) in batch.holds.iter().enumerate() {
+            origin.push((b, h));
+            tenants.push(batch.tenant.as_str());
+            skus.push(batch.sku.as_str());
+            keys.push(hold.request_key.as_str());
+            users.push(hold.user_id.as_str());
+            qtys.push(hold.qty.get() as i32);
+            expiries.push(ts(hold.expires_at_ms));
+            created.push(ts(batch.now_ms));
+        }
+    }
     let rows = sqlx::query(
         "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
-         SELECT $1, u.request_key, $2, u.user_id, u.qty, 'HELD', u.expires_at, $7
-         FROM unnest($3::text[], $4::text[], $5::int[], $6::timestamptz[])
-              WITH ORDINALITY AS u(request_key, user_id, qty, expires_at, n)
+         SELECT u.tenant, u.request_key, u.sku, u.user_id, u.qty, 'HELD', u.expires_at, u.created_at
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                     $7::timestamptz[])
+              WITH ORDINALITY AS u(tenant, sku, request_key, user_id, qty, expires_at, created_at, n)
          ORDER BY u.n
          ON CONFLICT DO NOTHING
-         RETURNING request_key, qty",
+         RETURNING tenant, sku, request_key",
     )
-    .bind(batch.tenant.as_str())
-    .bind(batch.sku.as_str())
+    .bind(&tenants)
+    .bind(&skus)
     .bind(&keys)
     .bind(&users)
     .bind(&qtys)
     .bind(&expiries)
-    .bind(ts(batch.now_ms))
+    .bind(&created)
     .fetch_all(&mut **tx)
-    .await.map_err(database)?;
-    let mut inserted = vec![false; batch.holds.len()];
-    let index_of: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+    .await
+    .map_err(database)?;
+    let index_of: HashMap<(&str, &str, &str), usize> = (0..count)
+        .map(|i| ((tenants[i], skus[i], keys[i]), i))
+        .collect();
     for row in &rows {
+        let tenant: String = row.try_get("tenant").map_err(database)?;
+        let sku: String = row.try_get("sku").map_err(database)?;
         let key: String = row.try_get("request_key").map_err(database)?;
-        let qty: i32 = row.try_get("qty").map_err(database)?;
-        let index = *index_of
-            .get(key.as_str())
+        let i = *index_of
+            .get(&(tenant.as_str(), sku.as_str(), key.as_str()))
             .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
-        inserted[index] = true;
-        deltas.available -= i64::from(qty);
-        deltas.held += i64::from(qty);
+        let (b, h) = origin[i];
+        inserted[b][h] = true;
+        let units = i64::from(qtys[i]);
+        applied[b].deltas.available -= units;
+        applied[b].deltas.held += units;
     }
     Ok(inserted)
 }
 
-async fn sweep(
+/// Moves the counters of every batch that changed any in one conditional
+/// statement. The hot rows are touched last; the WHERE clause refuses a
+/// move that would take `available` below zero, and the CHECK constraints
+/// any that would unbalance a ledger. A batch whose row did not move is
+/// named in the error, so the committer can answer it alone.
+async fn move_counters(
     tx: &mut Transaction<'_, Postgres>,
-    batch: &Batch,
-    deltas: &mut Deltas,
-) -> Result<Vec<(RequestKey, Qty)>, StoreError> {
+    batches: &[&Batch],
+    applied: &[Applied],
+) -> Result<(), BatchError> {
+    let moving: Vec<usize> = (0..batches.len())
+        .filter(|&b| !applied[b].deltas.is_zero())
+        .collect();
+    if moving.is_empty() {
+        return Ok(());
+    }
+    let column = |f: fn(&Deltas) -> i64| -> Vec<i64> {
+        moving.iter().map(|&b| f(&applied[b].deltas)).collect()
+    };
+    let tenants: Vec<&str> = moving.iter().map(|&b| batches[b].tenant.as_str()).collect();
+    let skus: Vec<&str> = moving.iter().map(|&b| batches[b].sku.as_str()).collect();
     let rows = sqlx::query(
-        "UPDATE reservations SET status = 'EXPIRED'
-         WHERE tenant = $1 AND sku = $2 AND status = 'HELD' AND expires_at <= $3
-         RETURNING request_key, qty",
+        "UPDATE sku_stock s
+         SET available = s.available + d.available, held = s.held + d.held,
+             sold = s.sold + d.sold, received = s.received + d.received,
+             returned = s.returned + d.returned, updated_at = now()
+         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+                     $6::bigint[], $7::bigint[])
+              AS d(tenant, sku, available, held, sold, received, returned)
+         WHERE s.tenant = d.tenant AND s.sku = d.sku AND s.available + d.available >= 0
+         RETURNING s.tenant, s.sku",
     )
-    .bind(batch.tenant.as_str())
-    .bind(batch.sku.as_str())
-    .bind(ts(batch.now_ms))
+    .bind(&tenants)
+    .bind(&skus)
+    .bind(column(|d| d.available))
+    .bind(column(|d| d.held))
+    .bind(column(|d| d.sold))
+    .bind(column(|d| d.received))
+    .bind(column(|d| d.returned))
     .fetch_all(&mut **tx)
     .await
-    .map_err(database)?;
-    let mut expired = Vec::with_capacity(rows.len());
+    .map_err(|e| {
+        BatchError::whole(match e {
+            sqlx::Error::Database(db) if db.is_check_violation() => {
+                StoreError::Conflict("counter update refused by a CHECK constraint".into())
+            }
+            other => database(other),
+        })
+    })?;
+    let mut moved = HashSet::with_capacity(rows.len());
     for row in &rows {
-        let key: String = row.try_get("request_key").map_err(database)?;
-        let qty: i32 = row.try_get("qty").map_err(database)?;
-        deltas.held -= i64::from(qty);
-        deltas.available += i64::from(qty);
-        expired.push((request_key(&key)?, rows::qty(i64::from(qty))?));
+        let tenant: String = row
+            .try_get("tenant")
+            .map_err(|e| BatchError::whole(database(e)))?;
+        let sku: String = row
+            .try_get("sku")
+            .map_err(|e| BatchError::whole(database(e)))?;
+        moved.insert((tenant, sku));
     }
-    Ok(expired)
+    match (0..moving.len())
+        .position(|i| !moved.contains(&(tenants[i].to_owned(), skus[i].to_owned())))
+    {
+        None => Ok(()),
+        Some(i) => Err(BatchError {
+            batch: Some(moving[i]),
+            error: StoreError::Conflict("not enough units available".into()),
+        }),
+    }
 }
 
 async fn apply_changes(
@@ -530,7 +578,13 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(database)?;
-        rows.iter().map(sku_record_from).collect()
+        let records = rows.iter().map(sku_record_from).collect::<Result<_, _>>()?;
+        let holds = sqlx::query(HELD_SELECT)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?;
+        let holds = holds.iter().map(hold_from).collect::<Result<_, _>>()?;
+        Ok(with_holds(records, holds))
     }
 
     async fn load_sku(&self, tenant: &Tenant, sku: &Sku) -> Result<Option<SkuRecord>, StoreError> {
@@ -540,19 +594,35 @@ impl Store for PgStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(database)?;
-        row.as_ref().map(sku_record_from).transpose()
+        let Some(record) = row.as_ref().map(sku_record_from).transpose()? else {
+            return Ok(None);
+        };
+        let holds = sqlx::query(&format!("{HELD_SELECT} AND tenant = $1 AND sku = $2"))
+            .bind(tenant.as_str())
+            .bind(sku.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?;
+        let holds = holds.iter().map(hold_from).collect::<Result<_, _>>()?;
+        Ok(with_holds(vec![record], holds).pop())
     }
 
-    async fn keys_of(&self, tenant: &Tenant, sku: &Sku) -> Result<Vec<RequestKey>, StoreError> {
-        let keys: Vec<String> = sqlx::query_scalar(
-            "SELECT request_key FROM reservations WHERE tenant = $1 AND sku = $2",
+    async fn keys_of(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+    ) -> Result<Vec<(RequestKey, u64)>, StoreError> {
+        let keys: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT request_key, (extract(epoch FROM created_at) * 1000)::bigint FROM reservations WHERE tenant = $1 AND sku = $2",
         )
         .bind(tenant.as_str())
         .bind(sku.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(database)?;
-        keys.iter().map(|k| request_key(k)).collect()
+        keys.iter()
+            .map(|(k, created)| Ok((request_key(k)?, u64::try_from(*created).unwrap_or(0))))
+            .collect()
     }
 
     async fn create_sku(
@@ -597,16 +667,29 @@ impl Store for PgStore {
         check_lease(&mut tx, epoch)
             .await
             .map_err(BatchError::whole)?;
-        let mut outcomes = Vec::with_capacity(batches.len());
+        let mut applied = Vec::with_capacity(batches.len());
         for (index, batch) in batches.iter().enumerate() {
-            let outcome = apply_batch(&mut tx, batch)
-                .await
-                .map_err(|error| BatchError {
-                    batch: Some(index),
-                    error,
-                })?;
-            outcomes.push(outcome);
+            applied.push(
+                apply_batch(&mut tx, batch)
+                    .await
+                    .map_err(|error| BatchError {
+                        batch: Some(index),
+                        error,
+                    })?,
+            );
         }
+        let inserted = insert_holds(&mut tx, batches, &mut applied)
+            .await
+            .map_err(BatchError::whole)?;
+        move_counters(&mut tx, batches, &applied).await?;
+        let outcomes = applied
+            .into_iter()
+            .zip(inserted)
+            .map(|(applied, inserted)| BatchOutcome {
+                inserted,
+                applied_grants: applied.applied_grants,
+            })
+            .collect();
         tx.commit()
             .await
             .map_err(|e| BatchError::whole(database(e)))?;

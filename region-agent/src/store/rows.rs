@@ -6,6 +6,8 @@
 //! ([`Columns`]); what the columns mean, and the checks that a stored
 //! value fits its domain type, are written here once.
 
+use std::collections::HashMap;
+
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{
     Ledger, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant, TtlMs, UserId,
@@ -84,7 +86,33 @@ pub(crate) fn sku_record_from(row: &impl Columns) -> Result<SkuRecord, StoreErro
         mode: Mode::parse(&row.text("mode")?).ok_or_else(|| bad_row("mode"))?,
         rows_held: counter(row, "rows_held")?,
         rows_sold: counter(row, "rows_sold")?,
+        holds: Vec::new(),
     })
+}
+
+/// Gives each record the HELD reservations of its SKU, read from
+/// `HELD_SELECT` as `(tenant, reservation)`.
+pub(crate) fn with_holds(
+    mut records: Vec<SkuRecord>,
+    holds: Vec<(Tenant, Reservation)>,
+) -> Vec<SkuRecord> {
+    let index: HashMap<(Tenant, Sku), usize> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.tenant.clone(), r.sku.clone()), i))
+        .collect();
+    for (tenant, r) in holds {
+        if let Some(&i) = index.get(&(tenant, r.sku.clone())) {
+            records[i].holds.push(r);
+        }
+    }
+    records
+}
+
+/// A HELD reservation with its tenant, from `HELD_SELECT`.
+pub(crate) fn hold_from(row: &impl Columns) -> Result<(Tenant, Reservation), StoreError> {
+    let tenant = Tenant::parse(&row.text("tenant")?).map_err(|_| bad_row("tenant"))?;
+    Ok((tenant, reservation_from(row)?))
 }
 
 /// A SKU's audit line from `SKU_SELECT`.

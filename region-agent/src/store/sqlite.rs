@@ -26,8 +26,8 @@ use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, Sqlite, Transaction};
 
 use super::rows::{
-    self, audit_row_from, pruned_key, request_key, reservation_from, sku_record_from,
-    transfer_from, Columns,
+    audit_row_from, hold_from, pruned_key, request_key, reservation_from, sku_record_from,
+    transfer_from, with_holds, Columns,
 };
 use super::{
     database, one_sku_row, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, Pruned,
@@ -146,22 +146,22 @@ const SKU_SELECT: &str = "
 
 const RESERVATION_COLUMNS: &str = "request_key, user_id, sku, qty, status, expires_at, extended";
 
-/// Applies one batch inside `tx`: transitions, sweep, changes, grants,
-/// holds, returns, then the counters once.
+/// Every HELD reservation with its tenant: what the owners settle and
+/// expire from memory.
+const HELD_SELECT: &str = "
+    SELECT tenant, request_key, user_id, sku, qty, status, expires_at, extended
+    FROM reservations WHERE status = 'HELD'";
+
+/// Applies one batch inside `tx`: transitions (expiries among them),
+/// changes, grants, holds, returns, then the counters once.
 async fn apply_batch(
     tx: &mut Transaction<'_, Sqlite>,
     batch: &Batch,
 ) -> Result<BatchOutcome, StoreError> {
     let mut deltas = Deltas::default();
-    // The order of PgStore::commit, for the same reasons: decided
-    // transitions first (the sweep then finds only what no transition
-    // settled), holds after both, counters once at the end.
+    // The order of PgStore::commit, for the same reasons: transitions
+    // first, holds after them, counters once at the end.
     apply_transitions(tx, batch, &mut deltas).await?;
-    let expired = if batch.sweep {
-        sweep(tx, batch, &mut deltas).await?
-    } else {
-        Vec::new()
-    };
     apply_changes(tx, batch, &mut deltas).await?;
     let applied_grants = apply_grants(tx, batch, &mut deltas).await?;
     let inserted = insert_holds(tx, batch, &mut deltas).await?;
@@ -197,7 +197,6 @@ async fn apply_batch(
     }
     Ok(BatchOutcome {
         inserted,
-        expired,
         applied_grants,
     })
 }
@@ -342,32 +341,6 @@ async fn insert_holds(
     Ok(inserted)
 }
 
-async fn sweep(
-    tx: &mut Transaction<'_, Sqlite>,
-    batch: &Batch,
-    deltas: &mut Deltas,
-) -> Result<Vec<(RequestKey, escrow_core::Qty)>, StoreError> {
-    let rows = sqlx::query(
-        "UPDATE reservations SET status = 'EXPIRED'
-         WHERE tenant = ?1 AND sku = ?2 AND status = 'HELD' AND expires_at <= ?3
-         RETURNING request_key, qty",
-    )
-    .bind(batch.tenant.as_str())
-    .bind(batch.sku.as_str())
-    .bind(ms(batch.now_ms))
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(database)?;
-    let mut expired = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let qty = row.int("qty")?;
-        deltas.held -= qty;
-        deltas.available += qty;
-        expired.push((request_key(&row.text("request_key")?)?, rows::qty(qty)?));
-    }
-    Ok(expired)
-}
-
 async fn apply_changes(
     tx: &mut Transaction<'_, Sqlite>,
     batch: &Batch,
@@ -506,7 +479,13 @@ impl Store for SqliteStore {
             .fetch_all(&self.readers)
             .await
             .map_err(database)?;
-        rows.iter().map(sku_record_from).collect()
+        let records = rows.iter().map(sku_record_from).collect::<Result<_, _>>()?;
+        let holds = sqlx::query(HELD_SELECT)
+            .fetch_all(&self.readers)
+            .await
+            .map_err(database)?;
+        let holds = holds.iter().map(hold_from).collect::<Result<_, _>>()?;
+        Ok(with_holds(records, holds))
     }
 
     async fn load_sku(&self, tenant: &Tenant, sku: &Sku) -> Result<Option<SkuRecord>, StoreError> {
@@ -516,19 +495,35 @@ impl Store for SqliteStore {
             .fetch_optional(&self.readers)
             .await
             .map_err(database)?;
-        row.as_ref().map(sku_record_from).transpose()
+        let Some(record) = row.as_ref().map(sku_record_from).transpose()? else {
+            return Ok(None);
+        };
+        let holds = sqlx::query(&format!("{HELD_SELECT} AND tenant = ?1 AND sku = ?2"))
+            .bind(tenant.as_str())
+            .bind(sku.as_str())
+            .fetch_all(&self.readers)
+            .await
+            .map_err(database)?;
+        let holds = holds.iter().map(hold_from).collect::<Result<_, _>>()?;
+        Ok(with_holds(vec![record], holds).pop())
     }
 
-    async fn keys_of(&self, tenant: &Tenant, sku: &Sku) -> Result<Vec<RequestKey>, StoreError> {
-        let keys: Vec<String> = sqlx::query_scalar(
-            "SELECT request_key FROM reservations WHERE tenant = ?1 AND sku = ?2",
+    async fn keys_of(
+        &self,
+        tenant: &Tenant,
+        sku: &Sku,
+    ) -> Result<Vec<(RequestKey, u64)>, StoreError> {
+        let keys: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT request_key, created_at FROM reservations WHERE tenant = ?1 AND sku = ?2",
         )
         .bind(tenant.as_str())
         .bind(sku.as_str())
         .fetch_all(&self.readers)
         .await
         .map_err(database)?;
-        keys.iter().map(|k| request_key(k)).collect()
+        keys.iter()
+            .map(|(k, created)| Ok((request_key(k)?, u64::try_from(*created).unwrap_or(0))))
+            .collect()
     }
 
     async fn create_sku(

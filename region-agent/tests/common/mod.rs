@@ -63,6 +63,7 @@ pub fn settings(limits: Limits) -> AgentSettings {
         ),
         limits,
         coordinator: None,
+        keys: region_agent::KeyMemory::default(),
     }
 }
 
@@ -88,12 +89,20 @@ impl TestAgent {
     }
 
     pub async fn start_with(db: &TestDb, limits: Limits, clock: Option<Arc<ManualClock>>) -> Self {
+        Self::start_with_settings(db, settings(limits), clock).await
+    }
+
+    pub async fn start_with_settings(
+        db: &TestDb,
+        settings: AgentSettings,
+        clock: Option<Arc<ManualClock>>,
+    ) -> Self {
         let (store, sqlite) = open_store(db).await;
         let dyn_clock: Arc<dyn Clock> = match &clock {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock),
         };
-        let state = start(store, dyn_clock, settings(limits)).await.unwrap();
+        let state = start(store, dyn_clock, settings).await.unwrap();
         let served = Served::start(None, |listener, shutdown| {
             region_agent::run(listener, state.clone(), shutdown)
         })
