@@ -43,6 +43,43 @@ pub enum Workload {
         /// The SKU on sale.
         sku: String,
     },
+    /// A whole drop: half the buyers want the hot SKU, the others one of
+    /// the warm SKUs drawn uniformly; of the holds, half are confirmed, a
+    /// tenth released, and the rest left to expire.
+    Drop {
+        /// The SKU most buyers want.
+        hot: String,
+        /// The other SKUs on sale.
+        warm: Vec<String>,
+    },
+}
+
+impl Workload {
+    /// The SKU a buyer asks for, given a random number.
+    fn sku(&self, random: u64) -> &str {
+        match self {
+            Workload::Reserve { skus } => &skus[(random % skus.len() as u64) as usize],
+            Workload::Settle { sku } => sku,
+            Workload::Drop { hot, warm } => match random % 2 {
+                0 => hot,
+                _ => &warm[((random / 2) % warm.len() as u64) as usize],
+            },
+        }
+    }
+
+    /// What the buyer of loop `seq` does with a hold: `Some(true)` confirms,
+    /// `Some(false)` releases, `None` keeps it.
+    fn settle(&self, seq: u64) -> Option<bool> {
+        match self {
+            Workload::Reserve { .. } => None,
+            Workload::Settle { .. } => Some(seq % 2 == 0),
+            Workload::Drop { .. } => match seq % 10 {
+                0..=4 => Some(true),
+                5 => Some(false),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// One load run.
@@ -233,10 +270,7 @@ async fn buyer(
         key.clear();
         // Writing to a String cannot fail.
         let _ = write!(key, "{}-{client}-{seq}", spec.run_id);
-        let sku = match &spec.workload {
-            Workload::Reserve { skus } => &skus[(rng.next() % skus.len() as u64) as usize],
-            Workload::Settle { sku } => sku,
-        };
+        let sku = spec.workload.sku(rng.next());
         body.clear();
         let _ = write!(
             body,
@@ -261,10 +295,13 @@ async fn buyer(
             tokio::time::sleep(TRANSPORT_BACKOFF).await;
             continue;
         }
-        if outcome != Outcome::Held || !matches!(spec.workload, Workload::Settle { .. }) {
+        let Some(confirm) = spec
+            .workload
+            .settle(seq)
+            .filter(|_| outcome == Outcome::Held)
+        else {
             continue;
-        }
-        let confirm = seq % 2 == 0;
+        };
         path.clear();
         let verb = if confirm { "confirm" } else { "release" };
         let _ = write!(path, "/v1/reservations/{key}/{verb}");

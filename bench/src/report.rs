@@ -19,8 +19,15 @@ pub mod targets {
     pub const AGENT_OVER_CEILING_MIN: f64 = 0.5;
     /// Agent sold-out rejections/s over the HTTP ceiling, at least.
     pub const SOLD_OUT_OVER_CEILING_MIN: f64 = 0.8;
-    /// Agent hot-SKU p99 latency below this, milliseconds.
+    /// Agent p99 latency below this in every phase, milliseconds (issue
+    /// 11 asks it at 64 clients).
     pub const P99_MS_MAX: f64 = 20.0;
+    /// Agent holds/s over 100 SKUs over the hot SKU's, at least.
+    pub const MULTI_OVER_HOT_MIN: f64 = 0.8;
+    /// Agent holds/s in the mix over the hot SKU's, at least.
+    pub const MIX_OVER_HOT_MIN: f64 = 0.7;
+    /// Settlements/s over holds/s in the mix, at least ("as many").
+    pub const MIX_SETTLED_OVER_HELD_MIN: f64 = 0.95;
 }
 
 /// The machine a run was on.
@@ -184,7 +191,7 @@ pub fn comparison(c: &Comparison) -> String {
     let naive = c.naive.rate(&SALES);
     let hot = c.agent_hot.rate(&SALES);
     let sold_out = c.agent_sold_out.rate(&REJECTIONS);
-    let rows: [(&str, &LoadReport, f64, &str, Part); 10] = [
+    let rows: [(&str, &LoadReport, f64, &str, Part); 13] = [
         (
             "HTTP ceiling: parse, answer 201, no storage",
             &c.ceiling,
@@ -229,6 +236,27 @@ pub fn comparison(c: &Comparison) -> String {
             Part::Actions,
         ),
         (
+            "agent: whole drop (1 hot + 99 warm SKUs), reserve calls",
+            &c.agent_drop,
+            c.agent_drop.rate(&SALES),
+            "holds/s",
+            Part::Reserves,
+        ),
+        (
+            "agent: whole drop, confirm/release calls",
+            &c.agent_drop,
+            c.agent_drop.rate(&SETTLES),
+            "settled/s",
+            Part::Actions,
+        ),
+        (
+            "agent: whole drop, sold-out storm",
+            &c.agent_drop_storm,
+            c.agent_drop_storm.rate(&REJECTIONS),
+            "rejections/s",
+            Part::All,
+        ),
+        (
             "agent on SQLite: hot SKU",
             &c.sqlite_hot,
             c.sqlite_hot.rate(&SALES),
@@ -256,28 +284,59 @@ pub fn comparison(c: &Comparison) -> String {
 
     out.push('\n');
     out.push_str("| ratio | measured | target | met |\n|---|---:|---:|---|\n");
-    let p99 = c.agent_hot.reserve_ms(0.99);
+    let multi = c.agent_multi.rate(&SALES);
+    let mix = c.agent_mix.rate(&SALES);
+    let mix_settled = c.agent_mix.rate(&SETTLES);
+    let (slowest, p99) = agent_phases(c)
+        .into_iter()
+        .map(|(name, r)| (name, r.reserve_ms(0.99).max(action_ms(r, 0.99))))
+        .fold(
+            ("", 0.0),
+            |worst, (name, p99)| if p99 > worst.1 { (name, p99) } else { worst },
+        );
+    let percent = |part: f64, whole: f64| format!("{:.0}%", 100.0 * part / whole.max(1e-9));
     let checks = [
         (
-            "agent hot SKU / naive",
+            "agent 100 SKUs / agent hot SKU".to_owned(),
+            percent(multi, hot),
+            format!(">= {:.0}%", 100.0 * targets::MULTI_OVER_HOT_MIN),
+            multi >= targets::MULTI_OVER_HOT_MIN * hot,
+        ),
+        (
+            "agent mix reserves / agent hot SKU".to_owned(),
+            percent(mix, hot),
+            format!(">= {:.0}%", 100.0 * targets::MIX_OVER_HOT_MIN),
+            mix >= targets::MIX_OVER_HOT_MIN * hot,
+        ),
+        (
+            "agent mix settled / mix reserves".to_owned(),
+            percent(mix_settled, mix),
+            format!(">= {:.0}%", 100.0 * targets::MIX_SETTLED_OVER_HELD_MIN),
+            mix_settled >= targets::MIX_SETTLED_OVER_HELD_MIN * mix,
+        ),
+        (
+            "agent hot SKU / naive".to_owned(),
             format!("{:.1}x", hot / naive.max(1e-9)),
             format!(">= {:.0}x", targets::AGENT_OVER_NAIVE_MIN),
             hot >= targets::AGENT_OVER_NAIVE_MIN * naive,
         ),
         (
-            "agent hot SKU / HTTP ceiling",
-            format!("{:.0}%", 100.0 * hot / ceiling.max(1e-9)),
+            "agent hot SKU / HTTP ceiling".to_owned(),
+            percent(hot, ceiling),
             format!(">= {:.0}%", 100.0 * targets::AGENT_OVER_CEILING_MIN),
             hot >= targets::AGENT_OVER_CEILING_MIN * ceiling,
         ),
         (
-            "agent sold-out / HTTP ceiling",
-            format!("{:.0}%", 100.0 * sold_out / ceiling.max(1e-9)),
+            "agent sold-out / HTTP ceiling".to_owned(),
+            percent(sold_out, ceiling),
             format!(">= {:.0}%", 100.0 * targets::SOLD_OUT_OVER_CEILING_MIN),
             sold_out >= targets::SOLD_OUT_OVER_CEILING_MIN * ceiling,
         ),
         (
-            "agent hot SKU p99 latency",
+            format!(
+                "agent p99, slowest phase ({slowest}), {} clients",
+                c.agent_hot.clients
+            ),
             format!("{p99:.2} ms"),
             format!("< {:.0} ms", targets::P99_MS_MAX),
             p99 < targets::P99_MS_MAX,
@@ -293,6 +352,23 @@ pub fn comparison(c: &Comparison) -> String {
         let _ = writeln!(out, "{line}");
     }
     out
+}
+
+/// The agent's phases on PostgreSQL, by name.
+fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 6] {
+    [
+        ("hot SKU", &c.agent_hot),
+        ("sold-out", &c.agent_sold_out),
+        ("100 SKUs", &c.agent_multi),
+        ("mix", &c.agent_mix),
+        ("whole drop", &c.agent_drop),
+        ("drop storm", &c.agent_drop_storm),
+    ]
+}
+
+/// A confirm/release latency quantile in milliseconds (0 without any).
+fn action_ms(report: &LoadReport, quantile: f64) -> f64 {
+    report.action_latency.value_at_quantile(quantile) as f64 / 1000.0
 }
 
 /// Count checks on the comparison: they must all say "ok".
@@ -320,6 +396,8 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
         ("agent sold-out", &c.agent_sold_out),
         ("agent 100 SKUs", &c.agent_multi),
         ("agent mix", &c.agent_mix),
+        ("agent whole drop", &c.agent_drop),
+        ("agent drop storm", &c.agent_drop_storm),
         ("SQLite hot", &c.sqlite_hot),
         ("SQLite sold-out", &c.sqlite_sold_out),
         ("SQLite 100 SKUs", &c.sqlite_multi),
@@ -355,7 +433,15 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
             busy.join(", ")
         ));
     }
-    let hot_sold_out = c.agent_hot.total[Outcome::SoldOut] + c.sqlite_hot.total[Outcome::SoldOut];
+    let storm_held = c.agent_drop_storm.total[Outcome::Held];
+    lines.push(format!(
+        "- {}: the closed drop answered HELD {storm_held} times ({} SOLD_OUT).",
+        if storm_held == 0 { "ok" } else { "WRONG" },
+        c.agent_drop_storm.total[Outcome::SoldOut],
+    ));
+    let hot_sold_out = c.agent_hot.total[Outcome::SoldOut]
+        + c.sqlite_hot.total[Outcome::SoldOut]
+        + c.agent_drop.total[Outcome::SoldOut];
     if hot_sold_out > 0 {
         lines.push(format!(
             "- WRONG: the hot SKU sold out ({hot_sold_out} SOLD_OUT); raise HOT_STOCK."

@@ -35,6 +35,8 @@ pub const SOLD_OUT_STOCK: u64 = 1_000;
 pub const MULTI_SKUS: usize = 100;
 /// Units of each SKU in the multi-SKU phase.
 pub const MULTI_STOCK: u64 = 10_000_000;
+/// Warm SKUs beside the hot one in the whole-drop phase.
+pub const DROP_WARM_SKUS: usize = 99;
 
 /// The region agent's flags that shape its hot path.
 #[derive(Debug, Clone, Copy)]
@@ -284,6 +286,10 @@ pub struct Comparison {
     pub agent_multi: LoadReport,
     /// The agent's reserve-then-confirm-or-release loop.
     pub agent_mix: LoadReport,
+    /// The agent's whole drop: one hot SKU and 99 warm, holds settled or kept.
+    pub agent_drop: LoadReport,
+    /// The agent's answers on the same SKUs once the drop is closed.
+    pub agent_drop_storm: LoadReport,
     /// The agent's audit after all phases.
     pub drift_total: i64,
     /// The agent on SQLite: answers on a sold-out SKU.
@@ -395,6 +401,7 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         "x",
     ))
     .await?;
+    let (agent_drop, agent_drop_storm) = whole_drop(settings, addr).await?;
     let drift_total = audit_drift(addr).await?;
     agent.stop().await?;
 
@@ -413,12 +420,62 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         agent_sold_out: pg.sold_out,
         agent_multi: pg.multi,
         agent_mix,
+        agent_drop,
+        agent_drop_storm,
         drift_total,
         sqlite_sold_out: lite.sold_out,
         sqlite_hot: lite.hot,
         sqlite_multi: lite.multi,
         sqlite_drift_total,
     })
+}
+
+/// The whole drop on the agent at `addr`: the sale over one hot SKU and
+/// [`DROP_WARM_SKUS`] warm ones, then a sold-out storm on the same SKUs
+/// once an admin has closed them.
+async fn whole_drop(
+    settings: &Settings,
+    addr: SocketAddr,
+) -> anyhow::Result<(LoadReport, LoadReport)> {
+    let (clients, measure) = (settings.clients, settings.measure);
+    put_sku(addr, "drop", HOT_STOCK).await?;
+    let warm: Vec<String> = (0..DROP_WARM_SKUS).map(|i| format!("w{i:02}")).collect();
+    for sku in &warm {
+        put_sku(addr, sku, MULTI_STOCK).await?;
+    }
+    eprintln!("bench: agent, whole drop ...");
+    let workload = Workload::Drop {
+        hot: "drop".into(),
+        warm: warm.clone(),
+    };
+    let sale = agent_load(spec(settings, addr, clients, measure, workload, "d")).await?;
+    let mut skus = warm;
+    skus.push("drop".into());
+    for sku in &skus {
+        close_sku(addr, sku).await?;
+    }
+    eprintln!("bench: agent, whole drop, sold-out storm ...");
+    let storm = Workload::Reserve { skus };
+    let storm = agent_load(spec(settings, addr, clients, measure, storm, "ds")).await?;
+    Ok((sale, storm))
+}
+
+/// Cuts a SKU's total on the agent at `addr` to what is held or sold:
+/// nothing is left to sell.
+async fn close_sku(addr: SocketAddr, sku: &str) -> anyhow::Result<()> {
+    let admin = Bearer::new(ADMIN_TOKEN)?;
+    let path = format!("/v1/admin/skus/{TENANT}/{sku}");
+    let (status, body) = client::once(addr, Method::GET, &path, &admin, None).await?;
+    anyhow::ensure!(
+        status == StatusCode::OK,
+        "GET {path} answered {status}: {body}"
+    );
+    let units = |field: &str| {
+        body[field]
+            .as_u64()
+            .with_context(|| format!("{path}: {field}"))
+    };
+    put_sku(addr, sku, units("held")? + units("sold")?).await
 }
 
 /// The agent alone on one hot SKU: the phase to profile.
