@@ -1,7 +1,9 @@
-//! HTTP: admin API, region API, operations endpoints.
+//! HTTP: admin API, region API, operations endpoints, and the admin
+//! console that drives the admin API from a browser.
 
 pub mod admin;
 pub mod bodies;
+pub mod console;
 pub mod error;
 pub mod openapi;
 pub mod region;
@@ -111,6 +113,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi::document))
+        .merge(console::routes())
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(
             ServiceBuilder::new()
