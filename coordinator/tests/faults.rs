@@ -34,6 +34,7 @@ coordinator_tests!(
     a_link_that_resets_then_crawls_loses_nothing,
     a_storm_on_the_coordinator_is_shed_and_the_sale_goes_on,
     wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl,
+    prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago,
 );
 postgres_only!(
     migrator: coordinator::store::POSTGRES_MIGRATOR;
@@ -806,4 +807,119 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
         confirms.len(),
         unconfirmed.len()
     );
+}
+
+/// Reservations each agent has from long ago (released or expired two
+/// hours before the test) for the prune test to delete.
+const OLD_RESERVATIONS: u64 = 3_000;
+
+/// Adds [`OLD_RESERVATIONS`] of SKU `drop`, released or expired two hours
+/// ago, to an agent's database.
+async fn seed_old_reservations(db: &TestDb) {
+    let rows = match db.backend() {
+        Backend::Postgres => {
+            "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+             SELECT 'acme', 'old-' || i, 'drop', 'old-' || i, 1,
+                    CASE WHEN i % 2 = 0 THEN 'RELEASED' ELSE 'EXPIRED' END,
+                    now() - interval '2 hours', now() - interval '2 hours'
+             FROM generate_series(1, $N) AS i"
+        }
+        Backend::Sqlite => {
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $N)
+             INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+             SELECT 'acme', 'old-' || i, 'drop', 'old-' || i, 1,
+                    CASE WHEN i % 2 = 0 THEN 'RELEASED' ELSE 'EXPIRED' END, t, t
+             FROM n, (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) - 7200000 AS t)"
+        }
+    };
+    let added = db
+        .execute(&rows.replace("$N", &OLD_RESERVATIONS.to_string()))
+        .await;
+    assert_eq!(added, OLD_RESERVATIONS);
+}
+
+/// Goal: `POST /v1/admin/prune` (a window of a minute) runs every 100 ms
+/// on both agents and the coordinator through a sale in which eu's link
+/// resets every connection from 0.2 s to 1.2 s and then carries
+/// everything 150 ms late to 3.2 s, and eu's wall clock is stepped an hour
+/// back at 0.1 s (when libfaketime is installed). The prunes delete
+/// exactly the 3,000 reservations per agent that ended two hours ago, and
+/// nothing of the sale: no grant credited or delivered in it, no hold;
+/// the sale checks out as any other and the books settle at drift 0.
+async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db: TestDb) {
+    let eu_clock = FakeClock::new();
+    if eu_clock.is_none() {
+        eprintln!("*** libfaketime is not installed: eu's wall clock stays put ***");
+    }
+    let cluster = Cluster::start_with(&db, json!({}), |name| match (name, &eu_clock) {
+        ("eu", Some(clock)) => clock.env(),
+        _ => Env::new(),
+    })
+    .await;
+    for region in &cluster.regions {
+        seed_old_reservations(&region.db).await;
+    }
+    let history = Arc::new(History::new());
+    let eu = cluster.region("eu");
+    let fault = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(clock) = &eu_clock {
+            clock.set_offset_s(-3_600);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        eu.proxy.set(Fault::Reset);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        eu.proxy.set(Fault::Delay(Duration::from_millis(150)));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        eu.proxy.set(Fault::Pass);
+    };
+    let selling = std::sync::atomic::AtomicBool::new(true);
+    let prune = async {
+        let mut pruned: BTreeMap<String, u64> = BTreeMap::new();
+        let services: Vec<(&str, &Api)> = std::iter::once(("coordinator", &cluster.admin))
+            .chain(cluster.regions.iter().map(|r| (r.name, &r.api)))
+            .collect();
+        let mut calls = 0;
+        while selling.load(std::sync::atomic::Ordering::SeqCst) {
+            calls += 1;
+            for (name, api) in &services {
+                let (status, body) = api
+                    .admin_post("/v1/admin/prune", Some(json!({"older_than_s": 60})))
+                    .await;
+                assert_eq!(status, StatusCode::OK, "prune on {name}: {body}");
+                for (what, n) in body.as_object().unwrap() {
+                    *pruned.entry(format!("{name} {what}")).or_default() += n.as_u64().unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (calls, pruned)
+    };
+    let sale = async {
+        tokio::join!(cluster.sell(&history), fault);
+        selling.store(false, std::sync::atomic::Ordering::SeqCst);
+    };
+    let ((), (calls, pruned)) = tokio::join!(sale, prune);
+    eprintln!("{calls} rounds of prunes deleted {pruned:?}");
+    let expected: BTreeMap<String, u64> = [
+        ("coordinator admin_keys", 0),
+        ("coordinator grants", 0),
+        ("eu grants", 0),
+        ("eu reservations", OLD_RESERVATIONS),
+        ("us grants", 0),
+        ("us reservations", OLD_RESERVATIONS),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(pruned, expected);
+    cluster
+        .check(
+            &history,
+            "prune every 100 ms on every service; eu's wall clock an hour back at 0.1 s; \
+             eu's link resets from 0.2 s to 1.2 s, then 150 ms late each way to 3.2 s",
+            Duration::from_millis(100)..Duration::from_millis(3_200),
+            Vec::new(),
+        )
+        .await;
 }
