@@ -787,6 +787,7 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
         },
     )
     .await;
+    let expired_by = history.now();
     for key in confirms.keys() {
         let region = &held[key];
         let (_, body) = cluster.region(region).api.get(key).await;
@@ -803,9 +804,10 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
         .sum();
     assert_eq!(sold, confirms.len() as u64, "{view:#}");
     eprintln!(
-        "{schedule}: {} confirmed and SOLD, {} expired after the TTL",
+        "{schedule}: {} confirmed and SOLD, {} expired after the TTL (all by {:.2?})",
         confirms.len(),
-        unconfirmed.len()
+        unconfirmed.len(),
+        expired_by
     );
 }
 
