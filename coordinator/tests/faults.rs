@@ -703,9 +703,9 @@ async fn a_storm_on_the_coordinator_is_shed_and_the_sale_goes_on(db: TestDb) {
 const CLOCK_TEST_TTL: Duration = Duration::from_secs(10);
 
 /// Goal: the wall clocks of eu's agent, the coordinator and us's agent are
-/// stepped an hour forward and two back (us: back, then forward) within
-/// the first 0.55 s of a sale whose holds live 10 s, as a bad NTP step would (libfaketime: only
-/// the wall clock moves). Every buyer with an even number confirms at once
+/// stepped an hour forward, then two back (us: one back, then two
+/// forward) within the first 0.55 s of a sale whose holds live 10 s, as a
+/// bad NTP step would (libfaketime: only the wall clock moves). Every buyer with an even number confirms at once
 /// and is SOLD (no hold expires early); the sale checks out as any other
 /// (nothing lost, nothing held twice, every answer in time); and once the
 /// TTL has passed, every unconfirmed hold is EXPIRED (no hold lives on
