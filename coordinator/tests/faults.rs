@@ -20,6 +20,7 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
+use test_support::faketime::FakeClock;
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
 use test_support::proxy::{Direction, Fault, Proxy};
@@ -32,6 +33,8 @@ coordinator_tests!(
     a_rolling_restart_of_the_agents_loses_no_hold,
     a_link_that_resets_then_crawls_loses_nothing,
     a_storm_on_the_coordinator_is_shed_and_the_sale_goes_on,
+    wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl,
+    prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago,
 );
 postgres_only!(
     migrator: coordinator::store::POSTGRES_MIGRATOR;
@@ -62,13 +65,19 @@ struct Region {
     port: u16,
     api: Api,
     agent: Proc,
+    /// The agent's extra environment (a stepped wall clock).
+    env: Env,
 }
+
+/// Environment variables for a child process.
+type Env = Vec<(&'static str, std::ffi::OsString)>;
 
 impl Region {
     /// The agent's process, linked to the coordinator through the proxy.
-    fn spawn(name: &str, port: u16, db: &TestDb, proxy: &Proxy) -> Proc {
+    fn spawn(name: &str, port: u16, db: &TestDb, proxy: &Proxy, env: &Env) -> Proc {
         Proc::spawn(
             service(binary("region-agent"), port, db.url())
+                .envs(env.iter().cloned())
                 .args(["--region", name])
                 .args(["--coordinator-url", &proxy.url()])
                 .args(["--region-token", &region_token(name)])
@@ -85,7 +94,7 @@ impl Region {
             self.agent.exited().is_some()
         })
         .await;
-        self.agent = Self::spawn(self.name, self.port, &self.db, &self.proxy);
+        self.agent = Self::spawn(self.name, self.port, &self.db, &self.proxy, &self.env);
         wait_ready(&self.api.url).await;
     }
 }
@@ -99,6 +108,17 @@ struct Cluster {
 
 impl Cluster {
     async fn start(db: &TestDb) -> Self {
+        Self::start_with(db, json!({}), |_| Env::new()).await
+    }
+
+    /// A cluster whose SKU has the `settings` given besides its total and
+    /// regions, and whose processes (`coordinator`, `eu`, `us`) run with
+    /// the environment `env` gives each.
+    async fn start_with(
+        db: &TestDb,
+        settings: serde_json::Value,
+        env: impl Fn(&str) -> Env,
+    ) -> Self {
         let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
         let tokens: Vec<String> = BUYERS
@@ -107,6 +127,7 @@ impl Cluster {
             .collect();
         let coordinator = Proc::spawn(
             service(binary("coordinator"), port, db.url())
+                .envs(env("coordinator"))
                 .args(["--region-token", &tokens.join(",")])
                 .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
         );
@@ -116,7 +137,8 @@ impl Cluster {
             let agent_db = agent_db(db, name).await;
             let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
             let agent_port = free_port();
-            let agent = Region::spawn(name, agent_port, &agent_db, &proxy);
+            let agent_env = env(name);
+            let agent = Region::spawn(name, agent_port, &agent_db, &proxy, &agent_env);
             let agent_url = format!("http://127.0.0.1:{agent_port}");
             wait_ready(&agent_url).await;
             regions.push(Region {
@@ -126,6 +148,7 @@ impl Cluster {
                 port: agent_port,
                 api: Api::new(&agent_url),
                 agent,
+                env: agent_env,
             });
         }
         let cluster = Self {
@@ -139,12 +162,13 @@ impl Cluster {
             .collect();
         // On a loaded machine the coordinator may shed the PUT (503); the
         // same PUT again is safe: it creates the SKU or changes nothing.
+        let mut sku = json!({"total": TOTAL, "regions": weights});
+        sku.as_object_mut()
+            .unwrap()
+            .extend(settings.as_object().unwrap().clone());
         let mut created = (StatusCode::SERVICE_UNAVAILABLE, serde_json::Value::Null);
         for _ in 0..20 {
-            created = cluster
-                .admin
-                .put_sku("acme", "drop", json!({"total": TOTAL, "regions": weights}))
-                .await;
+            created = cluster.admin.put_sku("acme", "drop", sku.clone()).await;
             if created.0 != StatusCode::SERVICE_UNAVAILABLE {
                 break;
             }
@@ -176,6 +200,17 @@ impl Cluster {
     /// Every buyer of every region, arriving within [`ARRIVALS`], each
     /// retrying 503s (and failed connections) until HELD or SOLD_OUT.
     fn sell(&self, history: &Arc<History>) -> impl std::future::Future<Output = ()> + 'static {
+        self.sell_confirming(history, None)
+    }
+
+    /// [`Self::sell`], where each buyer whose number is even confirms its
+    /// hold at once and puts the confirm's answer (status and the
+    /// reservation's status) in `confirms`.
+    fn sell_confirming(
+        &self,
+        history: &Arc<History>,
+        confirms: Option<Confirms>,
+    ) -> impl std::future::Future<Output = ()> + 'static {
         let mut buyers = Vec::new();
         let count: usize = BUYERS.iter().map(|(_, n)| n).sum();
         let mut i = 0;
@@ -183,6 +218,7 @@ impl Cluster {
             for b in 0..n {
                 let api = self.region(region).api.clone();
                 let history = history.clone();
+                let confirms = confirms.clone().filter(|_| b % 2 == 0);
                 // Interleave the regions' arrivals over the window.
                 let at = ARRIVALS * ((i * 7919) % count) as u32 / count as u32;
                 i += 1;
@@ -194,6 +230,22 @@ impl Cluster {
                         match answer {
                             Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
                                 tokio::time::sleep(RETRY_PAUSE).await;
+                            }
+                            Some((StatusCode::CREATED, _)) if confirms.is_some() => {
+                                // A confirm is idempotent: a 503 is retried.
+                                let mut answer = api.action(&key, "confirm").await;
+                                while answer.0 == StatusCode::SERVICE_UNAVAILABLE {
+                                    tokio::time::sleep(RETRY_PAUSE).await;
+                                    answer = api.action(&key, "confirm").await;
+                                }
+                                let (code, body) = answer;
+                                let status = body["status"].as_str().unwrap_or("").to_owned();
+                                confirms
+                                    .unwrap()
+                                    .lock()
+                                    .unwrap()
+                                    .insert(key, (code, status));
+                                return;
                             }
                             Some(_) => return,
                         }
@@ -287,6 +339,10 @@ impl Cluster {
         );
     }
 }
+
+/// Each confirming buyer's key, with the confirm's status code and the
+/// reservation's status it answered.
+type Confirms = Arc<std::sync::Mutex<BTreeMap<String, (StatusCode, String)>>>;
 
 /// Answers of `status` given by `region` while `during` (from the
 /// history's start).
@@ -638,6 +694,234 @@ async fn a_storm_on_the_coordinator_is_shed_and_the_sale_goes_on(db: TestDb) {
             storm,
             Vec::new(),
             ANSWER_WITHIN + Duration::from_secs(2),
+        )
+        .await;
+}
+
+/// A hold's time to live in the clock test: long enough for the sale and
+/// its check to end before any hold may expire.
+const CLOCK_TEST_TTL: Duration = Duration::from_secs(10);
+
+/// Goal: the wall clocks of eu's agent, the coordinator and us's agent are
+/// stepped an hour forward, then two back (us: one back, then two
+/// forward) within the first 0.55 s of a sale whose holds live 10 s, as a
+/// bad NTP step would (libfaketime: only the wall clock moves). Every buyer with an even number confirms at once
+/// and is SOLD (no hold expires early); the sale checks out as any other
+/// (nothing lost, nothing held twice, every answer in time); and once the
+/// TTL has passed, every unconfirmed hold is EXPIRED (no hold lives on
+/// through a step back), every confirmed one is still SOLD, and the books
+/// settle at drift 0.
+async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb) {
+    let clocks: BTreeMap<&str, FakeClock> = ["coordinator", "eu", "us"]
+        .into_iter()
+        .filter_map(|name| Some((name, FakeClock::new()?)))
+        .collect();
+    if clocks.len() < 3 {
+        eprintln!("*** SKIPPING: libfaketime is not installed (apt-get install faketime) ***");
+        return;
+    }
+    let ttl_ms = u64::try_from(CLOCK_TEST_TTL.as_millis()).unwrap();
+    let cluster = Cluster::start_with(&db, json!({"hold_ttl_ms": ttl_ms}), |name| {
+        clocks[name].env()
+    })
+    .await;
+    let history = Arc::new(History::new());
+    let confirms = Confirms::default();
+    const HOUR_S: i64 = 3_600;
+    let steps = [
+        (150, "eu", HOUR_S),
+        (250, "coordinator", HOUR_S),
+        (250, "us", -HOUR_S),
+        (450, "eu", -HOUR_S),
+        (550, "coordinator", -HOUR_S),
+        (550, "us", HOUR_S),
+    ];
+    let start = tokio::time::Instant::now();
+    let step = async {
+        for (at_ms, name, offset_s) in steps {
+            tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
+            clocks[name].set_offset_s(offset_s);
+        }
+    };
+    tokio::join!(
+        cluster.sell_confirming(&history, Some(confirms.clone())),
+        step
+    );
+    let confirms = confirms.lock().unwrap().clone();
+    let refused: Vec<_> = confirms
+        .iter()
+        .filter(|(_, (code, status))| *code != StatusCode::OK || status != "SOLD")
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "confirms refused within the TTL: {refused:?}"
+    );
+    let schedule = "wall clocks stepped: eu +1 h at 0.15 s, -1 h at 0.45 s; coordinator \
+                    +1 h at 0.25 s, -1 h at 0.55 s; us -1 h at 0.25 s, +1 h at 0.55 s";
+    cluster
+        .check(
+            &history,
+            schedule,
+            Duration::from_millis(150)..Duration::from_millis(550),
+            Vec::new(),
+        )
+        .await;
+
+    let held = history.held_keys();
+    let unconfirmed: Vec<_> = held
+        .iter()
+        .filter(|(key, _)| !confirms.contains_key(*key))
+        .collect();
+    assert_eq!(confirms.len() + unconfirmed.len(), TOTAL as usize);
+    eventually(
+        "every unconfirmed hold expired",
+        CLOCK_TEST_TTL + Duration::from_secs(10),
+        async || {
+            for (key, region) in &unconfirmed {
+                let (_, body) = cluster.region(region).api.get(key).await;
+                if body["status"] != "EXPIRED" {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let expired_by = history.now();
+    for key in confirms.keys() {
+        let region = &held[key];
+        let (_, body) = cluster.region(region).api.get(key).await;
+        assert_eq!(body["status"], "SOLD", "{key} in {region}: {body}");
+    }
+    settled_audit(&cluster.admin, Duration::from_secs(30)).await;
+    let view = cluster.admin.admin_sku("acme", "drop").await;
+    for (region, _) in BUYERS {
+        assert_eq!(view["regions"][region]["held"], 0, "{view:#}");
+    }
+    let sold: u64 = BUYERS
+        .iter()
+        .map(|(r, _)| view["regions"][r]["sold"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sold, confirms.len() as u64, "{view:#}");
+    eprintln!(
+        "{schedule}: {} confirmed and SOLD, {} expired after the TTL (all by {:.2?})",
+        confirms.len(),
+        unconfirmed.len(),
+        expired_by
+    );
+}
+
+/// Reservations each agent has from long ago (released or expired two
+/// hours before the test) for the prune test to delete.
+const OLD_RESERVATIONS: u64 = 3_000;
+
+/// Adds [`OLD_RESERVATIONS`] of SKU `drop`, released or expired two hours
+/// ago, to an agent's database.
+async fn seed_old_reservations(db: &TestDb) {
+    let rows = match db.backend() {
+        Backend::Postgres => {
+            "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+             SELECT 'acme', 'old-' || i, 'drop', 'old-' || i, 1,
+                    CASE WHEN i % 2 = 0 THEN 'RELEASED' ELSE 'EXPIRED' END,
+                    now() - interval '2 hours', now() - interval '2 hours'
+             FROM generate_series(1, $N) AS i"
+        }
+        Backend::Sqlite => {
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $N)
+             INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+             SELECT 'acme', 'old-' || i, 'drop', 'old-' || i, 1,
+                    CASE WHEN i % 2 = 0 THEN 'RELEASED' ELSE 'EXPIRED' END, t, t
+             FROM n, (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) - 7200000 AS t)"
+        }
+    };
+    let added = db
+        .execute(&rows.replace("$N", &OLD_RESERVATIONS.to_string()))
+        .await;
+    assert_eq!(added, OLD_RESERVATIONS);
+}
+
+/// Goal: `POST /v1/admin/prune` (a window of a minute) runs every 100 ms
+/// on both agents and the coordinator through a sale in which eu's link
+/// resets every connection from 0.2 s to 1.2 s and then carries
+/// everything 150 ms late to 3.2 s, and eu's wall clock is stepped an hour
+/// back at 0.1 s (when libfaketime is installed). The prunes delete
+/// exactly the 3,000 reservations per agent that ended two hours ago, and
+/// nothing of the sale: no grant credited or delivered in it, no hold;
+/// the sale checks out as any other and the books settle at drift 0.
+async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db: TestDb) {
+    let eu_clock = FakeClock::new();
+    if eu_clock.is_none() {
+        eprintln!("*** libfaketime is not installed: eu's wall clock stays put ***");
+    }
+    let cluster = Cluster::start_with(&db, json!({}), |name| match (name, &eu_clock) {
+        ("eu", Some(clock)) => clock.env(),
+        _ => Env::new(),
+    })
+    .await;
+    for region in &cluster.regions {
+        seed_old_reservations(&region.db).await;
+    }
+    let history = Arc::new(History::new());
+    let eu = cluster.region("eu");
+    let fault = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(clock) = &eu_clock {
+            clock.set_offset_s(-3_600);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        eu.proxy.set(Fault::Reset);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        eu.proxy.set(Fault::Delay(Duration::from_millis(150)));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        eu.proxy.set(Fault::Pass);
+    };
+    let selling = std::sync::atomic::AtomicBool::new(true);
+    let prune = async {
+        let mut pruned: BTreeMap<String, u64> = BTreeMap::new();
+        let services: Vec<(&str, &Api)> = std::iter::once(("coordinator", &cluster.admin))
+            .chain(cluster.regions.iter().map(|r| (r.name, &r.api)))
+            .collect();
+        let mut calls = 0;
+        while selling.load(std::sync::atomic::Ordering::SeqCst) {
+            calls += 1;
+            for (name, api) in &services {
+                let (status, body) = api
+                    .admin_post("/v1/admin/prune", Some(json!({"older_than_s": 60})))
+                    .await;
+                assert_eq!(status, StatusCode::OK, "prune on {name}: {body}");
+                for (what, n) in body.as_object().unwrap() {
+                    *pruned.entry(format!("{name} {what}")).or_default() += n.as_u64().unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (calls, pruned)
+    };
+    let sale = async {
+        tokio::join!(cluster.sell(&history), fault);
+        selling.store(false, std::sync::atomic::Ordering::SeqCst);
+    };
+    let ((), (calls, pruned)) = tokio::join!(sale, prune);
+    eprintln!("{calls} rounds of prunes deleted {pruned:?}");
+    let expected: BTreeMap<String, u64> = [
+        ("coordinator admin_keys", 0),
+        ("coordinator grants", 0),
+        ("eu grants", 0),
+        ("eu reservations", OLD_RESERVATIONS),
+        ("us grants", 0),
+        ("us reservations", OLD_RESERVATIONS),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(pruned, expected);
+    cluster
+        .check(
+            &history,
+            "prune every 100 ms on every service; eu's wall clock an hour back at 0.1 s; \
+             eu's link resets from 0.2 s to 1.2 s, then 150 ms late each way to 3.2 s",
+            Duration::from_millis(100)..Duration::from_millis(3_200),
+            Vec::new(),
         )
         .await;
 }

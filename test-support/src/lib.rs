@@ -9,7 +9,8 @@
 //! ([`raw`]), database URLs ([`db`]), capturing what a service logs
 //! ([`log`]), a service's OpenAPI document against its routes
 //! ([`openapi`]), and the fault harness: a proxy that breaks a link on
-//! command ([`proxy`]), a PostgreSQL server of the test's own
+//! command ([`proxy`]), a process's wall clock stepped on command
+//! ([`faketime`]), a PostgreSQL server of the test's own
 //! ([`pg_server`]) and a history of buyers' requests with its checks
 //! ([`history`]). What only one service's tests need stays in that
 //! service's `tests/common`.
@@ -19,6 +20,7 @@
 pub mod api;
 pub mod backend;
 pub mod db;
+pub mod faketime;
 pub mod history;
 pub mod log;
 pub mod openapi;

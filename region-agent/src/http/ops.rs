@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::clock::SystemClock;
 use crate::state::AppState;
 
 /// `GET /healthz`: the process is up.
@@ -49,5 +50,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
 )]
 pub async fn metrics(State(state): State<AppState>) -> String {
+    // Read when scraped: the gauge is as fresh as the scrape.
+    metrics::gauge!("escrow_clock_step_ms").set(SystemClock.step_ms() as f64);
     state.metrics().render()
 }

@@ -494,8 +494,8 @@ async fn apply_grants(
     let ids: Vec<&str> = batch.grants.iter().map(|g| g.id.as_str()).collect();
     let units: Vec<i64> = batch.grants.iter().map(|g| g.units as i64).collect();
     let rows = sqlx::query(
-        "INSERT INTO applied_grants (id, tenant, sku, units)
-         SELECT u.id, $1, $2, u.units FROM unnest($3::text[], $4::bigint[]) AS u(id, units)
+        "INSERT INTO applied_grants (id, tenant, sku, units, applied_at)
+         SELECT u.id, $1, $2, u.units, $5 FROM unnest($3::text[], $4::bigint[]) AS u(id, units)
          ON CONFLICT (id) DO NOTHING
          RETURNING id, units",
     )
@@ -503,6 +503,8 @@ async fn apply_grants(
     .bind(batch.sku.as_str())
     .bind(&ids)
     .bind(&units)
+    // The agent's clock, as prune's cut: the server's may differ.
+    .bind(ts(batch.now_ms))
     .fetch_all(&mut **tx)
     .await
     .map_err(database)?;

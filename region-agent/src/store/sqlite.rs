@@ -44,7 +44,9 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/reg
 pub const BUSY_TIMEOUT: Duration = db::SQLITE_BUSY_TIMEOUT;
 
 /// The database's clock in ms, for bookkeeping columns only (`updated_at`,
-/// `taken_at`); every decision compares with the batch's `now_ms`.
+/// `taken_at`); every decision compares with the batch's `now_ms`, so a
+/// column a decision reads (`applied_at`, which prune compares with its
+/// cut) is written from it.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 /// A SQLite-backed store: one write connection, a pool of readers.
@@ -396,13 +398,16 @@ async fn apply_grants(
     let mut applied = Vec::new();
     for grant in &batch.grants {
         let new = sqlx::query(
-            "INSERT INTO applied_grants (id, tenant, sku, units) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO applied_grants (id, tenant, sku, units, applied_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&grant.id)
         .bind(batch.tenant.as_str())
         .bind(batch.sku.as_str())
         .bind(grant.units as i64)
+        // The agent's clock, as prune's cut: the database's may differ.
+        .bind(ms(batch.now_ms))
         .execute(&mut **tx)
         .await
         .map_err(database)?
