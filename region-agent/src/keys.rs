@@ -114,21 +114,15 @@ impl KnownKeys {
         }
     }
 
-    /// Records stored keys of `sku`, each with when its reservation was
-    /// created: all in the filter, those created within the window before
-    /// `now_ms` in memory too.
-    pub fn load(&self, tenant: &Tenant, sku: &Sku, stored: Vec<(RequestKey, u64)>, now_ms: u64) {
-        let since_ms = now_ms.saturating_sub(self.window_ms);
-        let (recent, old): (Vec<_>, Vec<_>) = stored
-            .into_iter()
-            .partition(|(_, created)| *created >= since_ms);
-        {
-            let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-            for (key, _) in &old {
-                with_item(tenant, key, |item| inner.seen.set(item));
-            }
+    /// Records a stored key of `sku` whose reservation was created at
+    /// `created_ms`: in the filter, and in memory too if it was created
+    /// within the window before `now_ms`.
+    pub fn load(&self, tenant: &Tenant, sku: &Sku, key: RequestKey, created_ms: u64, now_ms: u64) {
+        if created_ms >= now_ms.saturating_sub(self.window_ms) {
+            return self.insert(tenant, sku, key);
         }
-        self.extend(tenant, sku, recent.into_iter().map(|(key, _)| key));
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        with_item(tenant, &key, |item| inner.seen.set(item));
     }
 
     /// Forgets `key` of `tenant`: its reservation was pruned.

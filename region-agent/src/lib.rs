@@ -127,8 +127,12 @@ pub async fn start(
     };
     let registry = Registry::new(deps);
     for record in store.load_skus().await? {
-        let stored = store.keys_of(&record.tenant, &record.sku).await?;
-        keys.load(&record.tenant, &record.sku, stored, clock.now_ms());
+        let (tenant, sku, now_ms) = (&record.tenant, &record.sku, clock.now_ms());
+        store
+            .for_each_key(tenant, sku, &mut |key, created_ms| {
+                keys.load(tenant, sku, key, created_ms, now_ms);
+            })
+            .await?;
         registry.start(record);
     }
     tokio::spawn(keys::rotate_every(Arc::downgrade(&keys)));

@@ -451,14 +451,13 @@ impl Driver {
     async fn reload(&self) -> Option<SkuRecord> {
         let store = &self.deps.store;
         let (tenant, sku) = (&self.view.tenant, &self.view.sku);
+        let (keys, now_ms) = (&self.deps.keys, self.deps.clock.now_ms());
+        let mut load = |key, created_ms| keys.load(tenant, sku, key, created_ms, now_ms);
         match (
             store.load_sku(tenant, sku).await,
-            store.keys_of(tenant, sku).await,
+            store.for_each_key(tenant, sku, &mut load).await,
         ) {
-            (Ok(Some(record)), Ok(keys)) => {
-                self.deps
-                    .keys
-                    .load(tenant, sku, keys, self.deps.clock.now_ms());
+            (Ok(Some(record)), Ok(())) => {
                 tracing::info!(%tenant, %sku, "reloaded after a failed commit");
                 Some(record)
             }

@@ -147,13 +147,15 @@ pub trait Store: Send + Sync + 'static {
     async fn load_skus(&self) -> Result<Vec<SkuRecord>, StoreError>;
     /// One SKU with its counters and row sums.
     async fn load_sku(&self, tenant: &Tenant, sku: &Sku) -> Result<Option<SkuRecord>, StoreError>;
-    /// Every request key a tenant has used for a SKU, each with when its
-    /// reservation was created (ms since the epoch).
-    async fn keys_of(
+    /// Calls `each` with every request key a tenant has used for a SKU and
+    /// when its reservation was created (ms since the epoch), row by row as
+    /// they stream in: millions of keys never sit in memory at once.
+    async fn for_each_key(
         &self,
         tenant: &Tenant,
         sku: &Sku,
-    ) -> Result<Vec<(RequestKey, u64)>, StoreError>;
+        each: &mut (dyn FnMut(RequestKey, u64) + Send),
+    ) -> Result<(), StoreError>;
     /// Creates a SKU holding `total` units; false if it already exists.
     async fn create_sku(
         &self,

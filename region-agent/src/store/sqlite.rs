@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, Transition};
+use futures_util::TryStreamExt;
 use service_kit::db;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, Sqlite, Transaction};
@@ -513,22 +514,22 @@ impl Store for SqliteStore {
         Ok(with_holds(vec![record], holds).pop())
     }
 
-    async fn keys_of(
+    async fn for_each_key(
         &self,
         tenant: &Tenant,
         sku: &Sku,
-    ) -> Result<Vec<(RequestKey, u64)>, StoreError> {
-        let keys: Vec<(String, i64)> = sqlx::query_as(
+        each: &mut (dyn FnMut(RequestKey, u64) + Send),
+    ) -> Result<(), StoreError> {
+        let mut rows = sqlx::query_as::<_, (String, i64)>(
             "SELECT request_key, created_at FROM reservations WHERE tenant = ?1 AND sku = ?2",
         )
         .bind(tenant.as_str())
         .bind(sku.as_str())
-        .fetch_all(&self.readers)
-        .await
-        .map_err(database)?;
-        keys.iter()
-            .map(|(k, created)| Ok((request_key(k)?, u64::try_from(*created).unwrap_or(0))))
-            .collect()
+        .fetch(&self.readers);
+        while let Some((key, created)) = rows.try_next().await.map_err(database)? {
+            each(request_key(&key)?, u64::try_from(created).unwrap_or(0));
+        }
+        Ok(())
     }
 
     async fn create_sku(
