@@ -925,3 +925,100 @@ async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db:
         )
         .await;
 }
+
+/// A small deterministic generator (xorshift) for the soak's schedule.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One fault of the soak's schedule.
+#[derive(Debug, Clone, Copy)]
+enum SoakFault {
+    Link(&'static str, Fault),
+    FreezeCoordinator,
+    FreezeAgent(&'static str),
+}
+
+/// The soak: a schedule of faults drawn from a seed, one after another
+/// through one sale, checked like every test above. Not run by default;
+/// run it (repeatedly, for as long as you like) with
+/// `cargo test -p coordinator --test faults -- --ignored soak`, the seed
+/// from `ESCROW_SOAK_SEED` (default: the clock's), which a failure prints.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the long soak: run it with --ignored"]
+async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
+    let seed = std::env::var("ESCROW_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let mut draw = Draw(seed);
+    let mut schedule = Vec::new();
+    let mut at = Duration::from_millis(100);
+    for _ in 0..1 + draw.below(5) {
+        let region = if draw.below(2) == 0 { "eu" } else { "us" };
+        let fault = match draw.below(7) {
+            0 => SoakFault::Link(region, Fault::BlackHole(Direction::Both)),
+            1 => SoakFault::Link(region, Fault::BlackHole(Direction::Answers)),
+            2 => SoakFault::Link(region, Fault::Reset),
+            3 => SoakFault::Link(
+                region,
+                Fault::Delay(Duration::from_millis(20 + draw.below(200))),
+            ),
+            4 => SoakFault::FreezeCoordinator,
+            5 => SoakFault::FreezeAgent(region),
+            _ => SoakFault::Link(region, Fault::BlackHole(Direction::Requests)),
+        };
+        let lasts = Duration::from_millis(200 + draw.below(1_500));
+        schedule.push((at, lasts, fault));
+        at += lasts + Duration::from_millis(draw.below(500));
+    }
+    let described = format!("soak seed {seed} (ESCROW_SOAK_SEED={seed}): {schedule:?}");
+    eprintln!("{described}");
+    let db = TestDb::sqlite(&coordinator::store::SQLITE_MIGRATOR).await;
+    let cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let down: Vec<(String, std::ops::Range<Duration>)> = schedule
+        .iter()
+        .filter_map(|(at, lasts, fault)| match fault {
+            SoakFault::FreezeAgent(r) => Some(((*r).to_owned(), *at..*at + *lasts)),
+            _ => None,
+        })
+        .collect();
+    let faults = async {
+        let started = tokio::time::Instant::now();
+        for (at, lasts, fault) in &schedule {
+            tokio::time::sleep_until(started + *at).await;
+            match *fault {
+                SoakFault::Link(r, f) => cluster.region(r).proxy.set(f),
+                SoakFault::FreezeCoordinator => cluster.coordinator.signal("-STOP"),
+                SoakFault::FreezeAgent(r) => cluster.region(r).agent.signal("-STOP"),
+            }
+            tokio::time::sleep(*lasts).await;
+            match *fault {
+                SoakFault::Link(r, _) => cluster.region(r).proxy.set(Fault::Pass),
+                SoakFault::FreezeCoordinator => cluster.coordinator.signal("-CONT"),
+                SoakFault::FreezeAgent(r) => cluster.region(r).agent.signal("-CONT"),
+            }
+        }
+    };
+    tokio::join!(cluster.sell(&history), faults);
+    let end = schedule
+        .last()
+        .map_or(Duration::ZERO, |(at, lasts, _)| *at + *lasts);
+    cluster
+        .check(&history, &described, Duration::from_millis(100)..end, down)
+        .await;
+}
