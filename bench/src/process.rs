@@ -225,14 +225,14 @@ pub struct Binaries {
     pub agent: PathBuf,
     /// `bench-server`.
     pub server: PathBuf,
-    /// `coordinator` (only `bench tail` starts one).
+    /// `coordinator` (`compare` starts one for its coordinated rows, `tail` one per policy).
     pub coordinator: PathBuf,
     /// `escrowctl` (never started here; the demo names it for the reader).
     pub escrowctl: PathBuf,
 }
 
 /// The packages `bench` (all but `tail`) runs.
-pub const HOT_PATH_PACKAGES: [&str; 2] = ["region-agent", "bench"];
+pub const HOT_PATH_PACKAGES: [&str; 3] = ["region-agent", "coordinator", "bench"];
 /// The packages `bench tail` runs.
 pub const CLUSTER_PACKAGES: [&str; 2] = ["coordinator", "region-agent"];
 
@@ -290,7 +290,10 @@ impl Binaries {
 
     /// Fails unless the agent and the baseline server exist.
     pub fn check(&self) -> anyhow::Result<()> {
-        Self::check_paths(&[&self.agent, &self.server], &HOT_PATH_PACKAGES)
+        Self::check_paths(
+            &[&self.agent, &self.server, &self.coordinator],
+            &HOT_PATH_PACKAGES,
+        )
     }
 
     /// Fails unless the coordinator and the agent exist.

@@ -191,7 +191,7 @@ pub fn comparison(c: &Comparison) -> String {
     let naive = c.naive.rate(&SALES);
     let hot = c.agent_hot.rate(&SALES);
     let sold_out = c.agent_sold_out.rate(&REJECTIONS);
-    let rows: [(&str, &LoadReport, f64, &str, Part); 13] = [
+    let rows: [(&str, &LoadReport, f64, &str, Part); 15] = [
         (
             "HTTP ceiling: parse, answer 201, no storage",
             &c.ceiling,
@@ -254,6 +254,20 @@ pub fn comparison(c: &Comparison) -> String {
             &c.agent_drop_storm,
             c.agent_drop_storm.rate(&REJECTIONS),
             "rejections/s",
+            Part::All,
+        ),
+        (
+            "agent through a coordinator: hot SKU, escrow mode",
+            &c.coordinated_escrow,
+            c.coordinated_escrow.rate(&SALES),
+            "holds/s",
+            Part::All,
+        ),
+        (
+            "agent through a coordinator: hot SKU, central mode (every batch takes)",
+            &c.coordinated_central,
+            c.coordinated_central.rate(&SALES),
+            "holds/s",
             Part::All,
         ),
         (
@@ -355,7 +369,7 @@ pub fn comparison(c: &Comparison) -> String {
 }
 
 /// The agent's phases on PostgreSQL, by name.
-fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 6] {
+fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 8] {
     [
         ("hot SKU", &c.agent_hot),
         ("sold-out", &c.agent_sold_out),
@@ -363,6 +377,8 @@ fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 6] {
         ("mix", &c.agent_mix),
         ("whole drop", &c.agent_drop),
         ("drop storm", &c.agent_drop_storm),
+        ("escrow mode", &c.coordinated_escrow),
+        ("central mode", &c.coordinated_central),
     ]
 }
 
@@ -398,6 +414,8 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
         ("agent mix", &c.agent_mix),
         ("agent whole drop", &c.agent_drop),
         ("agent drop storm", &c.agent_drop_storm),
+        ("escrow mode", &c.coordinated_escrow),
+        ("central mode", &c.coordinated_central),
         ("SQLite hot", &c.sqlite_hot),
         ("SQLite sold-out", &c.sqlite_sold_out),
         ("SQLite 100 SKUs", &c.sqlite_multi),
@@ -433,6 +451,15 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
             busy.join(", ")
         ));
     }
+    lines.push(format!(
+        "- {}: coordinator audit after the coordinated phases, drift_total = {}.",
+        if c.coordinated_drift_total == 0 {
+            "ok"
+        } else {
+            "WRONG"
+        },
+        c.coordinated_drift_total,
+    ));
     let storm_held = c.agent_drop_storm.total[Outcome::Held];
     lines.push(format!(
         "- {}: the closed drop answered HELD {storm_held} times ({} SOLD_OUT).",
