@@ -20,6 +20,7 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
+use test_support::draw::Draw;
 use test_support::faketime::FakeClock;
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
@@ -926,18 +927,6 @@ async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db:
         .await;
 }
 
-/// A small deterministic generator (xorshift) for the soak's schedule.
-struct Draw(u64);
-
-impl Draw {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// One fault of the soak's schedule.
 #[derive(Debug, Clone, Copy)]
 enum SoakFault {
@@ -964,7 +953,7 @@ async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
                 .as_nanos() as u64
                 | 1
         });
-    let mut draw = Draw(seed);
+    let mut draw = Draw::new(seed);
     let mut schedule = Vec::new();
     let mut at = Duration::from_millis(100);
     for _ in 0..1 + draw.below(5) {

@@ -25,20 +25,9 @@ use region_agent::store::postgres::PgStore;
 use region_agent::store::{Epoch, Store};
 use simulations::database::Database;
 use sqlx::PgPool;
+use test_support::draw::Draw;
 
 const T0_MS: u64 = 1_700_000_000_000;
-
-/// A small deterministic generator (xorshift): the stream is the same on every run.
-struct Stream(u64);
-
-impl Stream {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// The coordinator, scripted the same for both owners: a pool that grants
 /// what it has and says exhausted only when nothing is left anywhere.
@@ -188,7 +177,7 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
         decisions: 0,
     };
 
-    let mut stream = Stream(0x9E37_79B9_7F4A_7C15);
+    let mut stream = Draw::new(0x9E37_79B9_7F4A_7C15);
     let mut now = T0_MS;
     let mut queued = Vec::new();
     let mut recalled = 0;

@@ -8,7 +8,7 @@
 //! processes and their sockets ([`process`]), requests written by hand
 //! ([`raw`]), database URLs ([`db`]), capturing what a service logs
 //! ([`log`]), a service's OpenAPI document against its routes
-//! ([`openapi`]), and the fault harness: a proxy that breaks a link on
+//! ([`openapi`]), numbers drawn from a seed ([`draw`]), and the fault harness: a proxy that breaks a link on
 //! command ([`proxy`]), a process's wall clock stepped on command
 //! ([`faketime`]), a PostgreSQL server of the test's own
 //! ([`pg_server`]) and a history of buyers' requests with its checks
@@ -20,6 +20,7 @@
 pub mod api;
 pub mod backend;
 pub mod db;
+pub mod draw;
 pub mod faketime;
 pub mod history;
 pub mod log;

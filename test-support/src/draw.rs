@@ -1,0 +1,21 @@
+//! A small deterministic generator (xorshift) for tests whose inputs are
+//! drawn from a seed: the same seed draws the same stream on every run.
+
+/// A stream of numbers drawn from a seed.
+#[derive(Debug, Clone)]
+pub struct Draw(u64);
+
+impl Draw {
+    /// The stream of `seed` (0 is replaced: xorshift never leaves it).
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    /// The next number, below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
