@@ -33,6 +33,7 @@ coordinator_tests!(
     a_frozen_agent_delays_only_its_own_buyers,
     a_rolling_restart_of_the_agents_loses_no_hold,
     a_link_that_resets_then_crawls_loses_nothing,
+    requests_delivered_twice_move_no_unit_twice,
     a_storm_on_the_coordinator_is_shed_and_the_sale_goes_on,
     wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl,
     prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago,
@@ -581,6 +582,43 @@ async fn a_link_that_resets_then_crawls_loses_nothing(db: TestDb) {
         .await;
 }
 
+/// Goal: for 3 s from 0.2 s into the sale, every request either agent
+/// sends the coordinator arrives twice (syncs, takes, returns,
+/// acknowledgements), as behind a proxy that retries. Transfers apply once
+/// by their id and reports in (epoch, seq) order: no unit is created or
+/// lost, the sale sells out, and the books settle.
+async fn requests_delivered_twice_move_no_unit_twice(db: TestDb) {
+    let cluster = Cluster::start(&db).await;
+    let history = Arc::new(History::new());
+    let twice = Duration::from_millis(200)..Duration::from_millis(3_200);
+    let fault = async {
+        tokio::time::sleep(twice.start).await;
+        for (region, _) in BUYERS {
+            cluster.region(region).proxy.set(Fault::Duplicate);
+        }
+        tokio::time::sleep(twice.end - twice.start).await;
+        for (region, _) in BUYERS {
+            cluster.region(region).proxy.set(Fault::Pass);
+        }
+    };
+    tokio::join!(cluster.sell(&history), fault);
+    for (region, _) in BUYERS {
+        let copies = cluster.region(region).proxy.duplicated();
+        assert!(
+            copies > 0,
+            "{region}'s requests reached the coordinator twice"
+        );
+    }
+    cluster
+        .check(
+            &history,
+            "every request of eu and us to the coordinator delivered twice from 0.2 s to 3.2 s",
+            twice,
+            Vec::new(),
+        )
+        .await;
+}
+
 /// Goal: the PostgreSQL server under every process (a server of the
 /// test's own) restarts with a fast shutdown 0.3 s into the sale, cutting
 /// every connection and rolling back what was in flight. Buyers hear 503
@@ -958,7 +996,7 @@ async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
     let mut at = Duration::from_millis(100);
     for _ in 0..1 + draw.below(5) {
         let region = if draw.below(2) == 0 { "eu" } else { "us" };
-        let fault = match draw.below(7) {
+        let fault = match draw.below(8) {
             0 => SoakFault::Link(region, Fault::BlackHole(Direction::Both)),
             1 => SoakFault::Link(region, Fault::BlackHole(Direction::Answers)),
             2 => SoakFault::Link(region, Fault::Reset),
@@ -968,6 +1006,7 @@ async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
             ),
             4 => SoakFault::FreezeCoordinator,
             5 => SoakFault::FreezeAgent(region),
+            6 => SoakFault::Link(region, Fault::Duplicate),
             _ => SoakFault::Link(region, Fault::BlackHole(Direction::Requests)),
         };
         let lasts = Duration::from_millis(200 + draw.below(1_500));
