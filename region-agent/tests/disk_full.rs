@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +25,13 @@ use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_K
 struct TinyDisk(PathBuf);
 
 impl TinyDisk {
+    /// A tmpfs of `size` on a directory of its own: the tests of this file
+    /// run at once, in one process, and must not share a disk.
     fn mount(size: &str) -> Option<Self> {
-        let dir = std::env::temp_dir().join(format!("escrow-full-{}", std::process::id()));
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("escrow-full-{}-{n}", std::process::id());
+        let dir = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
