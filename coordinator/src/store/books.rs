@@ -2,7 +2,8 @@
 //!
 //! `skus` holds the total, pool, mode, settings and the SKU's own policy
 //! choice, if any; `sku_regions` one row
-//! per region (lease, cumulative returns, pending recall, last report);
+//! per region (lease, cumulative returns, pending recall, last report and
+//! the `(epoch, seq)` of the request that brought it);
 //! `transfers` the grants still `PENDING` (in transit); `regions` each
 //! agent's round trip. [`load`] reads them into an [`Allocation`] with the
 //! region names beside it; [`save`] writes what a rules call changed, each
@@ -135,7 +136,7 @@ pub(super) async fn load(
     let rows = sql(
         "SELECT r.region, r.weight, r.leased, r.returned, r.recall_pending,
                 r.reported_available, r.reported_held, r.reported_sold, r.sale_rate_per_s,
-                r.reported_at, COALESCE(g.rtt_ms, 0) AS rtt_ms
+                r.reported_at, r.report_epoch, r.report_seq, COALESCE(g.rtt_ms, 0) AS rtt_ms
          FROM sku_regions r LEFT JOIN regions g ON g.region = r.region
          WHERE r.tenant = $1 AND r.sku = $2
          ORDER BY r.region",
@@ -230,6 +231,10 @@ fn region_of(row: &Row) -> Result<RegionAllocation, StoreError> {
         },
         reported_at_ms: reported_at.map(millis).transpose()?,
         rtt_ms: count(row.try_get("rtt_ms")?, "rtt_ms")?,
+        reported_by: (
+            row.try_get("report_epoch")?,
+            count(row.try_get("report_seq")?, "report_seq")?,
+        ),
     })
 }
 
@@ -374,16 +379,19 @@ async fn save_region(
     let sql = match before {
         None => {
             "INSERT INTO sku_regions (tenant, sku, region, weight, leased, returned, recall_pending,
-                    reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING"
+                    reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at,
+                    report_epoch, report_seq)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             ON CONFLICT DO NOTHING"
         }
         Some(before) if unchanged(before, after) => return Ok(()),
         Some(_) => {
             "UPDATE sku_regions SET weight = $4, leased = $5, returned = $6, recall_pending = $7,
                     reported_available = $8, reported_held = $9, reported_sold = $10,
-                    sale_rate_per_s = $11, reported_at = $12
+                    sale_rate_per_s = $11, reported_at = $12, report_epoch = $13, report_seq = $14
              WHERE tenant = $1 AND sku = $2 AND region = $3
-               AND leased = $13 AND returned = $14 AND recall_pending = $15"
+               AND leased = $15 AND returned = $16 AND recall_pending = $17
+               AND report_epoch = $18 AND report_seq = $19"
         }
     };
     let weight = i32::try_from(after.weight)
@@ -400,12 +408,16 @@ async fn save_region(
         .bind(stored(after.report.held)?)
         .bind(stored(after.report.sold)?)
         .bind(after.report.sale_rate_per_s)
-        .bind(after.reported_at_ms.map(timestamp).transpose()?);
+        .bind(after.reported_at_ms.map(timestamp).transpose()?)
+        .bind(after.reported_by.0)
+        .bind(stored(after.reported_by.1)?);
     if let Some(before) = before {
         query = query
             .bind(stored(before.leased)?)
             .bind(stored(before.returned)?)
-            .bind(stored(before.recall_pending)?);
+            .bind(stored(before.recall_pending)?)
+            .bind(before.reported_by.0)
+            .bind(stored(before.reported_by.1)?);
     }
     let changed = query.execute(&mut *conn).await?;
     one_row(changed, "region row")
@@ -421,6 +433,7 @@ fn unchanged(before: &RegionAllocation, after: &RegionAllocation) -> bool {
         before.recall_pending,
         before.report,
         before.reported_at_ms,
+        before.reported_by,
     ) == (
         after.weight,
         after.leased,
@@ -428,5 +441,6 @@ fn unchanged(before: &RegionAllocation, after: &RegionAllocation) -> bool {
         after.recall_pending,
         after.report,
         after.reported_at_ms,
+        after.reported_by,
     )
 }
