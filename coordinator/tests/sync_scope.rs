@@ -54,9 +54,10 @@ fn directed(body: &Value) -> Vec<&str> {
         .collect()
 }
 
-/// Goal: a full sync answers every SKU's directive; a delta sync answers
-/// only the SKUs it reports, those with grants in transit and the region's
-/// news (here an admin's pause, once); a region first seen since the
+/// Goal: a full sync answers every SKU's directive (those that did not
+/// change from one read, without locks); a delta sync answers only the
+/// SKUs it reports, those with grants in transit and the region's news
+/// (here an admin's pause, once); a region first seen since the
 /// coordinator started gets everything. The audit stays exact.
 async fn a_delta_sync_answers_what_changed_and_the_news(db: TestDb) {
     let (coord, admin) = Coord::with_drop(&db).await;
@@ -108,6 +109,15 @@ async fn a_delta_sync_answers_what_changed_and_the_news(db: TestDb) {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(directed(&body), Vec::<&str>::new(), "news is answered once");
 
+    let (status, body) =
+        region_call(&coord, "eu", "sync", sync_body(6, true, &credited, vec![])).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(directed(&body), ["drop", "gift"], "full: every directive");
+    assert_eq!(
+        body["skus"][0]["paused"], true,
+        "read, not locked, and current"
+    );
+
     let (status, body) = region_call(&coord, "us", "sync", sync_body(1, false, &[], vec![])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(directed(&body), ["drop", "gift"], "first seen: everything");
@@ -158,13 +168,19 @@ async fn a_sync_never_holds_a_lock_across_skus(pool: PgPool) {
         .execute(&mut *lock)
         .await
         .unwrap();
+    // Every SKU's demand moved, so eu's full sync has each SKU to apply.
+    let reports: Vec<(&str, u64)> = names.iter().map(|sku| (sku.as_str(), 40)).collect();
+    let mut busy = sync_body(3, true, &reports, vec![]);
+    for report in busy["skus"].as_array_mut().unwrap() {
+        report["sale_rate_per_s"] = json!(2.0);
+    }
     let waiting = {
         let coord_url = coord.url.clone();
         tokio::spawn(async move {
             let r = client()
                 .post(format!("{coord_url}/v1/regions/eu/sync"))
                 .bearer_auth(region_token("eu"))
-                .json(&sync_body(3, true, &[], vec![]))
+                .json(&busy)
                 .send()
                 .await
                 .unwrap();

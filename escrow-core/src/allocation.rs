@@ -651,6 +651,33 @@ impl Allocation {
         })
     }
 
+    /// Whether this SKU's part of `req` could change anything for `region`:
+    /// an ack of one of its grants in transit, a return of this SKU, or a
+    /// report newer than the stored one that differs from it
+    /// ([`SkuReport::differs_from`]). When false, [`Allocation::sync`] would
+    /// only store the same view again and rebalance a SKU nothing changed
+    /// in: the driver answers its directive and pending grants from what it
+    /// read and takes no lock.
+    pub fn sync_changes(&self, region: usize, req: &SyncRequest) -> bool {
+        let r = &self.regions[region];
+        let stored = SkuReport {
+            tenant: self.tenant.as_str().to_owned(),
+            sku: self.sku.as_str().to_owned(),
+            available: r.report.available,
+            held: r.report.held,
+            sold: r.report.sold,
+            sale_rate_per_s: r.report.sale_rate_per_s,
+        };
+        let newer = (req.epoch, req.seq) > r.reported_by;
+        r.grants.keys().any(|id| req.acks.contains(id))
+            || req.returns.iter().any(|t| self.is_for(&t.tenant, &t.sku))
+            || req.skus.iter().any(|report| {
+                self.is_for(&report.tenant, &report.sku)
+                    && newer
+                    && (r.reported_at_ms.is_none() || report.differs_from(&stored))
+            })
+    }
+
     /// This SKU's returns in `req` to apply now: not applied before, each id
     /// once, together within the region's lease (counting the grants the
     /// request acknowledges).
@@ -822,6 +849,27 @@ mod tests {
             sku, after,
             "a request without this SKU's report keeps the last one"
         );
+        assert!(!sku.sync_changes(0, &delta), "nothing to apply");
+        assert!(
+            !sku.sync_changes(0, &sync_req(3, vec![], vec![], 3)),
+            "the same report"
+        );
+        assert!(
+            sku.sync_changes(0, &sync_req(3, vec![], vec![], 2)),
+            "a new report"
+        );
+        assert!(
+            !sku.sync_changes(0, &sync_req(0, vec![], vec![], 2)),
+            "an older report"
+        );
+        assert!(sku.sync_changes(0, &sync_req(3, vec![], vec![ret("r-9", 1)], 3)));
+        let pending = sku.pending_grants(1)[0].id.clone();
+        assert!(
+            !sku.sync_changes(1, &delta),
+            "a grant in transit, not acked"
+        );
+        let acked = sync_req(3, vec![pending], vec![], 3);
+        assert!(sku.sync_changes(1, &acked), "an ack of a grant in transit");
 
         let too_much = sync_req(2, vec![], vec![ret("r-2", 4)], 1);
         assert!(matches!(

@@ -17,7 +17,7 @@ use crate::notices::News;
 use crate::policies::Policies;
 
 use super::backend::{sql, Tx};
-use super::books::{count, load_to_change, save, stored, Lock};
+use super::books::{count, load_region, load_to_change, save, stored, Lock};
 use super::{new_grant_id, Store, StoreError};
 
 /// The region's agent row, locked: its session as the rules see it, and
@@ -60,30 +60,21 @@ async fn lock_session(
 /// A SKU by (tenant, sku).
 type SkuKey = (String, String);
 
-/// The SKUs a sync concerns, in (tenant, sku) order: every SKU of the
-/// region for a full request, or when its news is everything; otherwise
-/// those it reports, those it returns units of, those with a grant to the
-/// region in transit (so every pending grant is listed in the answer) and
-/// the region's news. Read without locks: each SKU is locked on its own.
-async fn sync_keys(
+/// The SKUs a delta sync concerns, in (tenant, sku) order: those it
+/// reports, those it returns units of, those with a grant to the region in
+/// transit (so every pending grant is listed in the answer) and the
+/// region's news. Read without locks: each SKU is locked on its own.
+async fn delta_keys(
     conn: &mut Tx,
     region: &RegionName,
     req: &SyncRequest,
     news: &News,
 ) -> Result<BTreeSet<SkuKey>, StoreError> {
-    let mut keys: BTreeSet<SkuKey> = req
-        .returns
-        .iter()
-        .map(|t| (t.tenant.clone(), t.sku.clone()))
-        .collect();
-    let rows = if req.full || news.all {
-        sql("SELECT tenant, sku FROM sku_regions WHERE region = $1")
-    } else {
-        keys.extend(req.skus.iter().map(|r| (r.tenant.clone(), r.sku.clone())));
-        keys.extend(news.skus.iter().cloned());
-        sql("SELECT DISTINCT tenant, sku FROM transfers
-             WHERE region = $1 AND kind = 'GRANT' AND state = 'PENDING'")
-    }
+    let mut keys = returned_keys(req);
+    keys.extend(req.skus.iter().map(|r| (r.tenant.clone(), r.sku.clone())));
+    keys.extend(news.skus.iter().cloned());
+    let rows = sql("SELECT DISTINCT tenant, sku FROM transfers
+                    WHERE region = $1 AND kind = 'GRANT' AND state = 'PENDING'")
     .bind(region.as_str())
     .fetch_all(&mut *conn)
     .await?;
@@ -91,6 +82,14 @@ async fn sync_keys(
         keys.insert((row.try_get("tenant")?, row.try_get("sku")?));
     }
     Ok(keys)
+}
+
+/// The SKUs `req` returns units of.
+fn returned_keys(req: &SyncRequest) -> BTreeSet<SkuKey> {
+    req.returns
+        .iter()
+        .map(|t| (t.tenant.clone(), t.sku.clone()))
+        .collect()
 }
 
 /// Records returns as applied, so a repeat is recognised.
@@ -205,7 +204,13 @@ impl Store {
         Ok(admitted.is_some())
     }
 
-    /// Each SKU the sync concerns in its own transaction; the answer.
+    /// Each SKU the sync concerns in its own transaction; the answer. A
+    /// full sync (or news of everything) reads every SKU of the region in
+    /// one snapshot first, and locks only those whose part could change
+    /// something (`Allocation::sync_changes`) or that have news; the others'
+    /// directives and pending grants come from the snapshot, which was read
+    /// after the news was taken, so it is at least as new as what the news
+    /// would answer.
     async fn sync_skus(
         &self,
         region: &RegionName,
@@ -213,25 +218,47 @@ impl Store {
         news: &News,
         policies: &Policies,
     ) -> Result<SyncResponse, StoreError> {
-        let keys = {
-            let mut tx = self.db.snapshot().await?;
-            let keys = sync_keys(&mut tx, region, req, news).await?;
-            tx.commit().await?;
-            keys
-        };
-        let now_ms = count(Utc::now().timestamp_millis(), "clock")?;
         let mut response = SyncResponse {
             grants: Vec::new(),
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
-            skus: Vec::with_capacity(keys.len()),
+            skus: Vec::new(),
         };
+        let mut tx = self.db.snapshot().await?;
+        let keys = if req.full || news.all {
+            let mut keys = returned_keys(req);
+            for loaded in load_region(&mut tx, region).await? {
+                let index = loaded
+                    .index_of(region)
+                    .ok_or_else(|| StoreError::Corrupt("a region's SKU without it".into()))?;
+                let key = (
+                    loaded.allocation.tenant.as_str().to_owned(),
+                    loaded.allocation.sku.as_str().to_owned(),
+                );
+                if news.skus.contains(&key) || loaded.allocation.sync_changes(index, req) {
+                    keys.insert(key);
+                } else if !keys.contains(&key) {
+                    response
+                        .grants
+                        .extend(loaded.allocation.pending_grants(index));
+                    response.skus.push(loaded.allocation.directive(index));
+                }
+            }
+            keys
+        } else {
+            delta_keys(&mut tx, region, req, news).await?
+        };
+        tx.commit().await?;
+        let now_ms = count(Utc::now().timestamp_millis(), "clock")?;
         for key in &keys {
             if let Some(synced) = self.sync_sku(region, req, key, now_ms, policies).await? {
                 response.grants.extend(synced.grants);
                 response.skus.push(synced.directive);
             }
         }
+        response
+            .skus
+            .sort_by(|a, b| (&a.tenant, &a.sku).cmp(&(&b.tenant, &b.sku)));
         Ok(response)
     }
 
