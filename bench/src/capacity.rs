@@ -3,9 +3,13 @@
 //! Starts the real `coordinator` on a scratch PostgreSQL database with R
 //! region tokens, creates S SKUs spread over every region (escrow mode,
 //! the default policy) and C more in central mode, and then plays R region
-//! agents itself, speaking the real protocol over HTTP: each agent's first
-//! sync reports every SKU, its second acknowledges the grants the first
-//! brought back, and from then on it reports its counters. Phases:
+//! agents itself, speaking the real protocol over HTTP as the real agent
+//! does: each agent's first sync is full (every SKU), its second
+//! acknowledges the grants the first brought back, and from then on it
+//! sells one unit of K of its escrow SKUs before each sync (`--changes-per-sync`)
+//! and reports the SKUs whose counters changed since its last answered
+//! sync, with a full sync every `FULL_SYNC_EVERY` syncs and after a failed
+//! one. Phases:
 //!
 //! - **syncs, back to back**: every agent syncs again as soon as its last
 //!   sync was answered, for the phase's length: the most syncs per second
@@ -15,13 +19,14 @@
 //!   agent take one unit of a random central SKU in a loop: takes per
 //!   second and their latency, and the syncs' latency meanwhile.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest};
+use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest, FULL_SYNC_EVERY};
 use hdrhistogram::Histogram;
 use hyper::{Method, StatusCode};
 
@@ -35,6 +40,8 @@ const TENANT: &str = "cap";
 const ADMIN_TOKEN: &str = "capacity-admin";
 /// Units of each SKU: far more than the takes of a run use.
 const UNITS_PER_SKU: u64 = 1_000_000;
+/// Attempts at a region's first two answered syncs.
+const FIRST_SYNC_ATTEMPTS_MAX: usize = 20;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -56,6 +63,9 @@ pub struct CapacitySettings {
     pub phase: Duration,
     /// The agents' sync interval in the take phase.
     pub sync_interval: Duration,
+    /// Escrow SKUs each agent sells a unit of before each sync (their
+    /// counters change, so the sync reports them).
+    pub changes_per_sync: usize,
 }
 
 /// One phase's figures.
@@ -78,7 +88,8 @@ pub struct Phase {
 pub struct Capacity {
     /// Setup: SKUs created per second (each a transaction granting to every region).
     pub creates_per_s: f64,
-    /// The first sync of every region (reports every SKU, gets its grants), slowest, ms.
+    /// A region's first two answered syncs (every SKU reported and its
+    /// grants back, then acknowledged), slowest, ms.
     pub first_sync_ms: f64,
     /// The phases.
     pub phases: Vec<Phase>,
@@ -90,9 +101,17 @@ struct Agent {
     bearer: Bearer,
     conn: Conn,
     seq: u64,
-    /// Per SKU (escrow ones first, then central ones): units credited.
+    /// Per SKU (escrow ones first, then central ones): units available.
     available: Vec<u64>,
+    /// Per SKU: units sold.
+    sold: Vec<u64>,
+    /// Per SKU: `(available, sold)` as last reported in an answered sync.
+    answered: Vec<Option<(u64, u64)>>,
+    /// Syncs since the last full one answered; `None`: the next is full.
+    since_full: Option<u64>,
     acks: Vec<String>,
+    /// Grants credited, so a grant listed again is credited once.
+    credited: HashSet<String>,
 }
 
 impl Agent {
@@ -104,39 +123,83 @@ impl Agent {
         }
     }
 
-    /// One sync: reports every SKU, acknowledges what the last sync brought.
+    fn new(region: String, bearer: Bearer, conn: Conn, skus: usize) -> Self {
+        Self {
+            region,
+            bearer,
+            conn,
+            seq: 0,
+            available: vec![0; skus],
+            sold: vec![0; skus],
+            answered: vec![None; skus],
+            since_full: None,
+            acks: Vec::new(),
+            credited: HashSet::new(),
+        }
+    }
+
+    /// Sells one unit of `changes` escrow SKUs, spread by the sync's number.
+    fn sell(&mut self, escrow: usize, changes: usize) {
+        for k in 0..changes.min(escrow) {
+            let i = (self.seq as usize * 7_919 + k * 104_729) % escrow;
+            if self.available[i] > 0 {
+                self.available[i] -= 1;
+                self.sold[i] += 1;
+            }
+        }
+    }
+
+    /// One sync, as the real agent makes it: the SKUs whose counters
+    /// changed since the last answered sync (all of them when full), and
+    /// acknowledgements of what the last sync brought.
     async fn sync(&mut self, escrow: usize) -> anyhow::Result<StatusCode> {
         self.seq += 1;
+        let full = self.since_full.is_none_or(|n| n + 1 >= FULL_SYNC_EVERY);
+        let changed: Vec<usize> = (0..self.available.len())
+            .filter(|&i| full || self.answered[i] != Some((self.available[i], self.sold[i])))
+            .collect();
         let req = SyncRequest {
             epoch: 1,
             seq: self.seq,
             rtt_ms: 1,
-            skus: self
-                .available
+            skus: changed
                 .iter()
-                .enumerate()
-                .map(|(i, available)| SkuReport {
+                .map(|&i| SkuReport {
                     tenant: TENANT.to_owned(),
                     sku: Self::sku_name(i, escrow),
-                    available: *available,
+                    available: self.available[i],
                     held: 0,
-                    sold: 0,
+                    sold: self.sold[i],
                     sale_rate_per_s: 0.0,
                 })
                 .collect(),
             acks: std::mem::take(&mut self.acks),
             returns: Vec::new(),
+            full,
         };
         let path = format!("/v1/regions/{}/sync", self.region);
         let body = Bytes::from(serde_json::to_vec(&req)?);
         let (status, bytes) = self.conn.post(&path, &self.bearer, body).await?;
-        if status == StatusCode::OK {
-            let resp: SyncResponse = serde_json::from_slice(&bytes)?;
-            for grant in resp.grants {
+        if status != StatusCode::OK {
+            self.acks = req.acks;
+            self.since_full = None;
+            return Ok(status);
+        }
+        for &i in &changed {
+            self.answered[i] = Some((self.available[i], self.sold[i]));
+        }
+        self.since_full = Some(if full {
+            0
+        } else {
+            self.since_full.map_or(0, |n| n + 1)
+        });
+        let resp: SyncResponse = serde_json::from_slice(&bytes)?;
+        for grant in resp.grants {
+            if self.credited.insert(grant.id.clone()) {
                 let index = sku_index(&grant.sku, escrow)?;
                 self.available[index] += grant.units;
-                self.acks.push(grant.id);
             }
+            self.acks.push(grant.id);
         }
         Ok(status)
     }
@@ -235,26 +298,34 @@ async fn measure(settings: &CapacitySettings, addr: SocketAddr) -> anyhow::Resul
     let mut agents = Vec::new();
     for i in 0..settings.regions {
         let region = region_name(i);
-        agents.push(Agent {
-            bearer: Bearer::new(&format!("token-{region}"))?,
+        let bearer = Bearer::new(&format!("token-{region}"))?;
+        agents.push(Agent::new(
             region,
-            conn: Conn::connect(addr).await?,
-            seq: 0,
-            available: vec![0; total],
-            acks: Vec::new(),
-        });
+            bearer,
+            Conn::connect(addr).await?,
+            total,
+        ));
     }
-    // Every region's first sync (grants come back) and the one that acks them.
+    // Every region's first sync (grants come back) and the one that acks
+    // them, each sent again, as an agent does, until it is answered: a sync
+    // cut off by the coordinator's request timeout keeps the SKUs it
+    // committed, so a repeat has less to do.
     let mut first_sync_ms: f64 = 0.0;
     for agent in &mut agents {
-        for _ in 0..2 {
-            let at = Instant::now();
-            let status = agent.sync(settings.skus).await?;
-            if status != StatusCode::OK {
-                bail!("first syncs of {}: {status}", agent.region);
+        let at = Instant::now();
+        let mut answered = 0;
+        for _ in 0..FIRST_SYNC_ATTEMPTS_MAX {
+            if agent.sync(settings.skus).await? == StatusCode::OK {
+                answered += 1;
             }
-            first_sync_ms = first_sync_ms.max(at.elapsed().as_secs_f64() * 1_000.0);
+            if answered == 2 {
+                break;
+            }
         }
+        if answered < 2 {
+            bail!("first syncs of {} not answered", agent.region);
+        }
+        first_sync_ms = first_sync_ms.max(at.elapsed().as_secs_f64() * 1_000.0);
     }
 
     let mut phases = Vec::new();
@@ -289,11 +360,12 @@ async fn back_to_back(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for mut agent in agents.drain(..) {
-        let escrow = settings.skus;
+        let (escrow, changes) = (settings.skus, settings.changes_per_sync);
         tasks.push(tokio::spawn(async move {
             let mut hist = histogram();
             let mut failed = 0;
             while Instant::now() < until {
+                agent.sell(escrow, changes);
                 let at = Instant::now();
                 match agent.sync(escrow).await {
                     Ok(StatusCode::OK) => hist.record(at.elapsed().as_micros() as u64)?,
@@ -325,10 +397,12 @@ async fn takes_with_syncs(
     let mut syncers = Vec::new();
     for mut agent in agents {
         let (escrow, interval) = (settings.skus, settings.sync_interval);
+        let changes = settings.changes_per_sync;
         syncers.push(tokio::spawn(async move {
             let mut hist = histogram();
             let mut failed = 0;
             while Instant::now() < until {
+                agent.sell(escrow, changes);
                 let at = Instant::now();
                 match agent.sync(escrow).await {
                     Ok(StatusCode::OK) => hist.record(at.elapsed().as_micros() as u64)?,
@@ -420,12 +494,13 @@ async fn gather(tasks: Vec<tokio::task::JoinHandle<Calls>>) -> Calls {
 /// The figures as a Markdown table.
 pub fn table(settings: &CapacitySettings, c: &Capacity) -> String {
     let mut out = format!(
-        "{} regions, {} escrow SKUs + {} central SKUs, each in every region; phases of {:.0} s\n\n\
-         SKUs created: {:.0}/s; first sync of a region (reports every SKU, gets its grants), slowest: {:.0} ms\n\n\
+        "{} regions, {} escrow SKUs + {} central SKUs, each in every region; {} SKUs sold from per agent sync; phases of {:.0} s\n\n\
+         SKUs created: {:.0}/s; a region's first two answered syncs (every SKU reported and its grants back, then acknowledged), slowest: {:.0} ms\n\n\
          | phase | per second | p50 | p99 | failed |\n|---|---:|---:|---:|---:|\n",
         settings.regions,
         settings.skus,
         settings.central_skus,
+        settings.changes_per_sync,
         settings.phase.as_secs_f64(),
         c.creates_per_s,
         c.first_sync_ms,

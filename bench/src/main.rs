@@ -127,6 +127,10 @@ struct CapacityArgs {
     /// The played agents' sync interval in the take phase, ms.
     #[arg(long, default_value_t = 200)]
     sync_interval_ms: u64,
+    /// Escrow SKUs each played agent sells a unit of before each sync:
+    /// the SKUs its delta report carries.
+    #[arg(long, default_value_t = 10)]
+    changes_per_sync: usize,
 }
 
 /// `bench tail`'s flags.
@@ -373,6 +377,7 @@ async fn coordinator_capacity(cli: &Cli, args: &CapacityArgs) -> anyhow::Result<
         takers_per_region: args.takers,
         phase: seconds(args.phase_seconds)?,
         sync_interval: Duration::from_millis(args.sync_interval_ms),
+        changes_per_sync: args.changes_per_sync,
     };
     let facts = bench::database::server_facts(&cli.database_url).await?;
     let machine = Machine::detect(facts);

@@ -7,8 +7,16 @@
 //! for a starving region reaches the others in one network hop. The numbers
 //! live in memory: after a restart they start from a new base, so an agent
 //! sees a different number and syncs once.
+//!
+//! Beside the numbers, each region has its news: the SKUs whose directive
+//! for it changed since its last sync (a recall, a mode change, a pause,
+//! sold out set or cleared, a grant). An agent's sync reports only the SKUs
+//! whose counters changed, so the coordinator answers directives for those
+//! and for its news; the news lives in memory, and a region the
+//! coordinator has not seen since it started has "everything" as news, so
+//! nothing a restart forgot is missed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,11 +27,44 @@ use tokio::sync::watch;
 /// than an agent's client timeout.
 pub const WATCH_WAIT_MS_MAX: u64 = 1_500;
 
-/// Every region's notice number.
+/// Most SKUs of news kept per region; beyond, its news is "everything".
+pub const NEWS_SKUS_MAX: usize = 4_096;
+
+/// The SKUs with news for one region, by (tenant, sku).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct News {
+    /// SKUs whose directive for the region changed.
+    pub skus: BTreeSet<(String, String)>,
+    /// Every SKU of the region may have news: the coordinator started
+    /// since the region's last sync, or more than [`NEWS_SKUS_MAX`] changed.
+    pub all: bool,
+}
+
+impl News {
+    fn everything() -> Self {
+        Self {
+            skus: BTreeSet::new(),
+            all: true,
+        }
+    }
+
+    fn add(&mut self, key: (String, String)) {
+        if self.all {
+            return;
+        }
+        self.skus.insert(key);
+        if self.skus.len() > NEWS_SKUS_MAX {
+            *self = Self::everything();
+        }
+    }
+}
+
+/// Every region's notice number and news.
 #[derive(Debug)]
 pub struct Notices {
     base: u64,
     by_region: Mutex<HashMap<RegionName, watch::Sender<u64>>>,
+    news: Mutex<HashMap<RegionName, News>>,
 }
 
 impl Notices {
@@ -33,6 +74,42 @@ impl Notices {
         Self {
             base,
             by_region: Mutex::new(HashMap::new()),
+            news: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn news_map(&self) -> std::sync::MutexGuard<'_, HashMap<RegionName, News>> {
+        // A poisoned lock means a panic while changing a set; at worst a
+        // SKU's news is lost, and the agent's next full sync brings it.
+        self.news.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `tenant/sku` has news for `region`, for its next sync.
+    pub fn record(&self, region: &RegionName, tenant: &str, sku: &str) {
+        self.news_map()
+            .entry(region.clone())
+            .or_insert_with(News::everything)
+            .add((tenant.to_owned(), sku.to_owned()));
+    }
+
+    /// The region's news, which its sync now answers; from now on its news
+    /// starts empty.
+    pub fn take_news(&self, region: &RegionName) -> News {
+        self.news_map()
+            .insert(region.clone(), News::default())
+            .unwrap_or_else(News::everything)
+    }
+
+    /// Gives back news a sync took and could not answer.
+    pub fn restore_news(&self, region: &RegionName, news: News) {
+        let mut map = self.news_map();
+        let kept = map.entry(region.clone()).or_insert_with(News::everything);
+        if news.all {
+            *kept = News::everything();
+        } else {
+            for key in news.skus {
+                kept.add(key);
+            }
         }
     }
 
@@ -64,6 +141,27 @@ impl Notices {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: a region first seen has everything as news; afterwards only
+    /// what was recorded, once; news given back is kept; too much news
+    /// becomes everything.
+    #[test]
+    fn news_is_taken_once_and_starts_as_everything() {
+        let notices = Notices::new(0);
+        let eu = RegionName::parse("eu").unwrap();
+        assert!(notices.take_news(&eu).all, "first sight");
+        assert_eq!(notices.take_news(&eu), News::default());
+        notices.record(&eu, "t", "a");
+        let news = notices.take_news(&eu);
+        assert_eq!(news.skus.len(), 1);
+        assert_eq!(notices.take_news(&eu), News::default(), "taken once");
+        notices.restore_news(&eu, news.clone());
+        assert_eq!(notices.take_news(&eu), news);
+        for i in 0..=NEWS_SKUS_MAX {
+            notices.record(&eu, "t", &format!("s{i}"));
+        }
+        assert!(notices.take_news(&eu).all);
+    }
 
     /// Goal: a watch returns at once when the number already moved, waits
     /// for a notice otherwise, and gives up after its bound.

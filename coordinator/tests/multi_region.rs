@@ -522,9 +522,10 @@ async fn a_region_token_cannot_move_another_regions_quota(db: TestDb) {
     coord.stop().await;
 }
 
-/// Goal: a sync is applied whole or not at all: returns beyond the lease,
-/// or under an id another transfer holds, are refused (400) with nothing
-/// moved; a good one moves its units once, and its replay moves nothing.
+/// Goal: a SKU's part of a sync is applied whole or not at all: returns
+/// beyond the lease, or under an id another transfer holds, are refused
+/// (400) with nothing of the SKU moved; a good one moves its units once,
+/// and its replay moves nothing.
 async fn a_sync_applies_whole_or_not_at_all(db: TestDb) {
     let (coord, admin) = Coord::with_drop(&db).await;
     let c = client();

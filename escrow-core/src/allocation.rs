@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::ids::{Sku, SkuSettings, Tenant, ID_LEN_MAX};
 use crate::policy::{decide_take, retired_recalls, Mode, Policy, RegionState, SkuState};
 use crate::protocol::{
-    SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+    SkuDirective, SkuReport, SyncRequest, TakeRequest, TakeResponse, TransferMsg,
 };
 
 /// Longest round trip an agent may report, ms; a larger one counts as this.
@@ -97,6 +97,9 @@ pub struct RegionAllocation {
     pub reported_at_ms: Option<u64>,
     /// Its agent's last measured round trip, ms.
     pub rtt_ms: u64,
+    /// `(epoch, seq)` of the sync request whose report is the last one
+    /// applied; `(0, 0)` before the first. Orders reports per SKU.
+    pub reported_by: (i64, u64),
 }
 
 impl RegionAllocation {
@@ -171,19 +174,18 @@ pub struct AgentSession {
     pub rtt_ms: u64,
 }
 
-/// The result of a region's sync over all SKUs it takes part in.
+/// The result of one SKU's part of a region's sync.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Synced {
-    /// The region's new standing, when the request was newer than the last
-    /// one applied (its report counted); `None` leaves the standing as it was.
-    pub session: Option<AgentSession>,
-    /// The answer to the agent.
-    pub response: SyncResponse,
+pub struct SkuSynced {
+    /// Every grant of this SKU to the region not yet acknowledged.
+    pub grants: Vec<TransferMsg>,
+    /// The SKU's directive for the region.
+    pub directive: SkuDirective,
     /// Returns applied now; the driver records their ids so a repeat is
     /// recognised.
     pub applied: Vec<TransferMsg>,
-    /// What each SKU's rebalance did, in the order the SKUs were given.
-    pub moves: Vec<Moves>,
+    /// What the rebalance did.
+    pub moves: Moves,
 }
 
 /// What the driver's store holds under a take's id.
@@ -568,83 +570,150 @@ impl Allocation {
     }
 }
 
-/// One SKU a sync concerns: its state, the syncing region's index in it
-/// and the policy it runs.
-#[derive(Debug)]
-pub struct Participant<'a> {
-    /// The SKU.
-    pub allocation: &'a mut Allocation,
-    /// The syncing region's index in `allocation.regions`.
-    pub region: usize,
-    /// The SKU's policy.
-    pub policy: &'a dyn Policy,
+/// Checks a sync request as a whole, before any SKU is touched: every
+/// return names an id and moves units, and no report counts more units
+/// than [`REPORT_UNITS_MAX`]. A refused request changes nothing anywhere.
+pub fn check_sync(req: &SyncRequest) -> Result<(), AllocationError> {
+    check_reports(req)?;
+    for ret in &req.returns {
+        check_transfer("return", &ret.id, ret.units)?;
+    }
+    Ok(())
 }
 
-/// Applies one agent's sync to every SKU its region takes part in: a request from an older epoch is
-/// refused; acks move grants to leased; each return not applied before goes
-/// back to the pool and settles recalls; a report newer than the last
-/// applied one (`session`) replaces it; then every SKU is rebalanced, and
-/// the answer carries each SKU's pending grants and directive.
-///
-/// `applied_before` holds the ids among `req.returns` that the driver's
-/// store already applied. Every ack and every return of the request is
-/// confirmed: after the sync no acknowledged grant is pending and every
-/// return is applied, now or before.
-pub fn sync(
-    skus: &mut [Participant<'_>],
+/// Admits a region agent's sync against its standing: a request from an
+/// older epoch is refused; one newer than every request seen (by `(epoch,
+/// seq)`) gives the region its new standing, with its round trip. `None`:
+/// the standing stays as it was (an older or repeated request, whose acks
+/// and returns still apply, SKU by SKU).
+pub fn admit(
     session: Option<AgentSession>,
     req: &SyncRequest,
-    applied_before: &HashSet<String>,
-    now_ms: u64,
-    new_id: &mut dyn FnMut() -> String,
-) -> Result<Synced, AllocationError> {
+) -> Result<Option<AgentSession>, AllocationError> {
     if session.is_some_and(|s| req.epoch < s.epoch) {
         return Err(AllocationError::StaleEpoch);
     }
-    let fresh = session.is_none_or(|s| (req.epoch, req.seq) > (s.epoch, s.seq));
-    check_reports(req)?;
-    let new_returns = returns_to_apply(skus, req, applied_before)?;
+    let newer = session.is_none_or(|s| (req.epoch, req.seq) > (s.epoch, s.seq));
+    Ok(newer.then_some(AgentSession {
+        epoch: req.epoch,
+        seq: req.seq,
+        rtt_ms: req.rtt_ms.min(RTT_MS_MAX),
+    }))
+}
 
-    let rtt_ms = req.rtt_ms.min(RTT_MS_MAX);
-    let mut response = SyncResponse {
-        grants: Vec::new(),
-        confirmed: req.acks.clone(),
-        applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
-        skus: Vec::with_capacity(skus.len()),
-    };
-    let mut moves = Vec::with_capacity(skus.len());
-    for (index, participant) in skus.iter_mut().enumerate() {
-        let (allocation, region) = (&mut *participant.allocation, participant.region);
+impl Allocation {
+    /// This SKU's part of `region`'s sync, all or nothing, independent of
+    /// the request's other SKUs: acks of this SKU's grants move them to
+    /// leased; each of its returns not applied before goes back to the pool
+    /// and settles recalls; its report replaces the region's last one if
+    /// the request is newer, by `(epoch, seq)`, than the one that brought
+    /// that (so a late or repeated request never stores an older view);
+    /// then the SKU is rebalanced.
+    ///
+    /// `applied_before` holds the ids among this SKU's returns that the
+    /// driver's store already applied. A request without a report of this
+    /// SKU (a delta report: the agent's counters did not change) applies
+    /// its acks and returns and keeps the last report: the agent sends a
+    /// SKU's report whenever its counters changed, so the stored one is
+    /// still its view. Refused (changing nothing) if the returns would take
+    /// more than the region's lease, counting the grants this request
+    /// acknowledges.
+    pub fn sync(
+        &mut self,
+        region: usize,
+        req: &SyncRequest,
+        applied_before: &HashSet<String>,
+        now_ms: u64,
+        policy: &dyn Policy,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<SkuSynced, AllocationError> {
+        let new_returns = self.returns_to_apply(region, req, applied_before)?;
         for id in &req.acks {
-            allocation.deliver(region, id);
+            self.deliver(region, id);
         }
-        for (_, ret) in new_returns.iter().filter(|(i, _)| *i == index) {
-            allocation.apply_return(region, ret.units);
+        for ret in &new_returns {
+            self.apply_return(region, ret.units);
         }
-        if fresh {
-            if let Some(report) = req
-                .skus
-                .iter()
-                .find(|s| allocation.is_for(&s.tenant, &s.sku))
-            {
-                allocation.apply_report(region, report, now_ms);
-            }
-            allocation.regions[region].rtt_ms = rtt_ms;
+        let newer = (req.epoch, req.seq) > self.regions[region].reported_by;
+        let report = req.skus.iter().find(|s| self.is_for(&s.tenant, &s.sku));
+        if let (true, Some(report)) = (newer, report) {
+            self.apply_report(region, report, now_ms);
+            let r = &mut self.regions[region];
+            r.reported_by = (req.epoch, req.seq);
+            r.rtt_ms = req.rtt_ms.min(RTT_MS_MAX);
         }
-        moves.push(allocation.rebalance(participant.policy, new_id));
-        response.grants.extend(allocation.pending_grants(region));
-        response.skus.push(allocation.directive(region));
+        let moves = self.rebalance(policy, new_id);
+        Ok(SkuSynced {
+            grants: self.pending_grants(region),
+            directive: self.directive(region),
+            applied: new_returns.into_iter().cloned().collect(),
+            moves,
+        })
     }
-    Ok(Synced {
-        session: fresh.then_some(AgentSession {
-            epoch: req.epoch,
-            seq: req.seq,
-            rtt_ms,
-        }),
-        response,
-        applied: new_returns.into_iter().map(|(_, t)| t.clone()).collect(),
-        moves,
-    })
+
+    /// Whether this SKU's part of `req` could change anything for `region`:
+    /// an ack of one of its grants in transit, a return of this SKU, or a
+    /// report newer than the stored one that differs from it
+    /// ([`SkuReport::differs_from`]). When false, [`Allocation::sync`] would
+    /// only store the same view again and rebalance a SKU nothing changed
+    /// in: the driver answers its directive and pending grants from what it
+    /// read and takes no lock.
+    pub fn sync_changes(&self, region: usize, req: &SyncRequest) -> bool {
+        let r = &self.regions[region];
+        let stored = SkuReport {
+            tenant: self.tenant.as_str().to_owned(),
+            sku: self.sku.as_str().to_owned(),
+            available: r.report.available,
+            held: r.report.held,
+            sold: r.report.sold,
+            sale_rate_per_s: r.report.sale_rate_per_s,
+        };
+        let newer = (req.epoch, req.seq) > r.reported_by;
+        r.grants.keys().any(|id| req.acks.contains(id))
+            || req.returns.iter().any(|t| self.is_for(&t.tenant, &t.sku))
+            || req.skus.iter().any(|report| {
+                self.is_for(&report.tenant, &report.sku)
+                    && newer
+                    && (r.reported_at_ms.is_none() || report.differs_from(&stored))
+            })
+    }
+
+    /// This SKU's returns in `req` to apply now: not applied before, each id
+    /// once, together within the region's lease (counting the grants the
+    /// request acknowledges).
+    fn returns_to_apply<'r>(
+        &self,
+        region: usize,
+        req: &'r SyncRequest,
+        applied_before: &HashSet<String>,
+    ) -> Result<Vec<&'r TransferMsg>, AllocationError> {
+        let r = &self.regions[region];
+        let acks: HashSet<&str> = req.acks.iter().map(String::as_str).collect();
+        let acked: u64 = r
+            .grants
+            .iter()
+            .filter(|(id, _)| acks.contains(id.as_str()))
+            .map(|(_, units)| units)
+            .sum();
+        let mut room = r.leased + acked;
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for ret in req
+            .returns
+            .iter()
+            .filter(|t| self.is_for(&t.tenant, &t.sku))
+        {
+            check_transfer("return", &ret.id, ret.units)?;
+            if applied_before.contains(&ret.id) || !seen.insert(ret.id.as_str()) {
+                continue;
+            }
+            room = room.checked_sub(ret.units).ok_or_else(|| {
+                AllocationError::Invalid(format!("return {} exceeds the region's lease", ret.id))
+            })?;
+            out.push(ret);
+        }
+        Ok(out)
+    }
 }
 
 /// Refuses a request whose report of a SKU counts more units than
@@ -664,54 +733,6 @@ fn check_reports(req: &SyncRequest) -> Result<(), AllocationError> {
         }
     }
     Ok(())
-}
-
-/// The returns of `req` to apply now, each with the index of its SKU in
-/// `skus`: checked, not applied before, each id once. Refuses the request
-/// if a return names a SKU the region has no part in, or if the returns
-/// would take more than the region's lease (counting the grants this
-/// request acknowledges).
-fn returns_to_apply<'r>(
-    skus: &[Participant<'_>],
-    req: &'r SyncRequest,
-    applied_before: &HashSet<String>,
-) -> Result<Vec<(usize, &'r TransferMsg)>, AllocationError> {
-    let acks: HashSet<&str> = req.acks.iter().map(String::as_str).collect();
-    let mut room: Vec<u64> = skus
-        .iter()
-        .map(|p| {
-            let r = &p.allocation.regions[p.region];
-            let acked: u64 = r
-                .grants
-                .iter()
-                .filter(|(id, _)| acks.contains(id.as_str()))
-                .map(|(_, units)| units)
-                .sum();
-            r.leased + acked
-        })
-        .collect();
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for ret in &req.returns {
-        check_transfer("return", &ret.id, ret.units)?;
-        let index = skus
-            .iter()
-            .position(|p| p.allocation.is_for(&ret.tenant, &ret.sku))
-            .ok_or_else(|| {
-                AllocationError::Invalid(format!(
-                    "return for a SKU this region has no part in: {}",
-                    ret.id
-                ))
-            })?;
-        if applied_before.contains(&ret.id) || !seen.insert(ret.id.as_str()) {
-            continue;
-        }
-        room[index] = room[index].checked_sub(ret.units).ok_or_else(|| {
-            AllocationError::Invalid(format!("return {} exceeds the region's lease", ret.id))
-        })?;
-        out.push((index, ret));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -762,6 +783,7 @@ mod tests {
             }],
             acks,
             returns,
+            full: true,
         }
     }
 
@@ -774,26 +796,19 @@ mod tests {
         }
     }
 
-    /// Region 0's sync under the static split.
+    /// Region 0's sync under the static split: admitted, then applied to
+    /// the one SKU; the new standing, if any, beside the SKU's result.
     fn sync_static(
         sku: &mut Allocation,
         session: Option<AgentSession>,
         req: &SyncRequest,
         applied: &HashSet<String>,
         now_ms: u64,
-    ) -> Result<Synced, AllocationError> {
-        sync(
-            &mut [Participant {
-                allocation: sku,
-                region: 0,
-                policy: &StaticSplit,
-            }],
-            session,
-            req,
-            applied,
-            now_ms,
-            &mut ids(),
-        )
+    ) -> Result<(Option<AgentSession>, SkuSynced), AllocationError> {
+        check_sync(req)?;
+        let admitted = admit(session, req)?;
+        let synced = sku.sync(0, req, applied, now_ms, &StaticSplit, &mut ids())?;
+        Ok((admitted, synced))
     }
 
     /// Goal: a grant, its ack and a return keep the total; a repeated ack or
@@ -806,21 +821,55 @@ mod tests {
         let grant = sku.pending_grants(0)[0].clone();
         let req = sync_req(1, vec![grant.id.clone()], vec![ret("r-1", 2)], 3);
         let none = HashSet::new();
-        let out = sync_static(&mut sku, None, &req, &none, 7).unwrap();
+        let (session, out) = sync_static(&mut sku, None, &req, &none, 7).unwrap();
         assert_eq!(sku.regions[0].leased, 3);
         assert_eq!(sku.pool, 2);
         assert_eq!(out.applied, vec![ret("r-1", 2)]);
-        assert_eq!(out.response.confirmed, vec![grant.id.clone()]);
-        assert_eq!(out.response.applied_returns, vec!["r-1".to_owned()]);
+        assert!(out.grants.iter().all(|g| g.id != grant.id));
         assert_eq!(sku.regions[0].reported_at_ms, Some(7));
-        let session = out.session;
+        assert_eq!(sku.regions[0].reported_by, (1, 1));
         assert!(session.is_some());
 
         let applied: HashSet<String> = ["r-1".to_owned()].into();
         let after = sku.clone();
-        let again = sync_static(&mut sku, session, &req, &applied, 8).unwrap();
+        let (again, _) = sync_static(&mut sku, session, &req, &applied, 8).unwrap();
         assert_eq!(sku, after, "a replayed sync moves nothing");
-        assert_eq!(again.session, None, "an old report is not applied again");
+        assert_eq!(again, None, "an old request leaves the standing as it was");
+
+        let mut older = sync_req(0, vec![], vec![], 9);
+        older.skus[0].held = 1;
+        sync_static(&mut sku, session, &older, &applied, 8).unwrap();
+        assert_eq!(sku, after, "an older report never replaces a newer one");
+        let delta = SyncRequest {
+            skus: Vec::new(),
+            ..sync_req(2, vec![], vec![], 0)
+        };
+        sync_static(&mut sku, session, &delta, &applied, 9).unwrap();
+        assert_eq!(
+            sku, after,
+            "a request without this SKU's report keeps the last one"
+        );
+        assert!(!sku.sync_changes(0, &delta), "nothing to apply");
+        assert!(
+            !sku.sync_changes(0, &sync_req(3, vec![], vec![], 3)),
+            "the same report"
+        );
+        assert!(
+            sku.sync_changes(0, &sync_req(3, vec![], vec![], 2)),
+            "a new report"
+        );
+        assert!(
+            !sku.sync_changes(0, &sync_req(0, vec![], vec![], 2)),
+            "an older report"
+        );
+        assert!(sku.sync_changes(0, &sync_req(3, vec![], vec![ret("r-9", 1)], 3)));
+        let pending = sku.pending_grants(1)[0].id.clone();
+        assert!(
+            !sku.sync_changes(1, &delta),
+            "a grant in transit, not acked"
+        );
+        let acked = sync_req(3, vec![pending], vec![], 3);
+        assert!(sku.sync_changes(1, &acked), "an ack of a grant in transit");
 
         let too_much = sync_req(2, vec![], vec![ret("r-2", 4)], 1);
         assert!(matches!(
@@ -830,7 +879,7 @@ mod tests {
         let mut old = sync_req(3, vec![], vec![], 0);
         old.epoch = 0;
         assert_eq!(
-            sync_static(&mut sku, session, &old, &applied, 9),
+            sync_static(&mut sku, session, &old, &applied, 9).map(|_| ()),
             Err(AllocationError::StaleEpoch)
         );
         assert_eq!(sku, after);
@@ -976,18 +1025,20 @@ mod tests {
                         let mut req = sync_req(seqs[r], ack_ids.clone(), rets.clone(), u64::from(available));
                         req.skus[0].sale_rate_per_s = f64::from(rate);
                         let new_units: u64 = rets.iter().filter(|t| !applied[r].contains(&t.id)).map(|t| t.units).sum();
-                        let out = sync(&mut [Participant { allocation: &mut a, region: r, policy: policy.as_ref() }], sessions[r], &req, &applied[r], 1_000, &mut next_id);
+                        let out = admit(sessions[r], &req)
+                            .and_then(|admitted| Ok((admitted, a.sync(r, &req, &applied[r], 1_000, policy.as_ref(), &mut next_id)?)));
                         match out {
-                            Ok(out) => {
+                            Ok((admitted, out)) => {
                                 prop_assert!(new_units <= before.regions[r].leased + acked);
                                 prop_assert_eq!(a.regions[r].returned, before.regions[r].returned + new_units);
                                 prop_assert_eq!(out.applied.iter().map(|t| t.units).sum::<u64>(), new_units);
                                 for id in &ack_ids {
                                     prop_assert!(!a.regions[r].grants.contains_key(id));
                                 }
-                                prop_assert_eq!(&out.response.grants, &a.pending_grants(r));
-                                prop_assert_eq!(out.response.skus[0].sold_out, a.is_exhausted());
-                                if let Some(s) = out.session { sessions[r] = Some(s); }
+                                prop_assert_eq!(&out.grants, &a.pending_grants(r));
+                                prop_assert_eq!(out.directive.sold_out, a.is_exhausted());
+                                prop_assert!(a.regions[r].reported_by >= before.regions[r].reported_by);
+                                if let Some(s) = admitted { sessions[r] = Some(s); }
                                 for t in &rets { applied[r].insert(t.id.clone()); }
                                 if let Some(t) = rets.last() { last_return[r] = Some(t.clone()); }
                             }

@@ -37,7 +37,7 @@ pub mod reservation;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
 pub use allocation::{
-    AgentSession, Allocation, AllocationError, Moves, RegionAllocation, Report, Synced,
+    AgentSession, Allocation, AllocationError, Moves, RegionAllocation, Report, SkuSynced,
     TakeHistory, Taken,
 };
 pub use book::Book;

@@ -15,13 +15,30 @@
 //!
 //! A sync request carries the agent's counters, the grants it applied and
 //! the returns it debited, all read in one database snapshot; the
-//! coordinator applies all three in one transaction. So the coordinator's
-//! ledger plus the latest report always add up to the total, however late,
+//! coordinator applies each SKU's acks, returns and report together, in
+//! one short transaction per SKU. So the coordinator's ledger plus the
+//! latest report of each SKU always add up to the total, however late,
 //! duplicated or reordered the messages are.
+//!
+//! Reports are deltas: a request carries the SKUs whose counters changed
+//! since the last report the coordinator answered ([`SkuReport::differs_from`]),
+//! and every SKU when it is `full` (at the agent's start, after a failed
+//! sync, and every [`FULL_SYNC_EVERY`] syncs). A SKU that did not change
+//! costs the coordinator nothing.
 
 use serde::{Deserialize, Serialize};
 
 use crate::policy::Mode;
+
+/// An agent sends a full sync (every SKU reported, every directive
+/// answered) at least once in this many syncs, so a view the coordinator
+/// lost (a restart, a rate that drifted within [`RATE_CHANGE_MIN_PER_S`])
+/// is refreshed within a bounded time: 20 s at the default 200 ms interval.
+pub const FULL_SYNC_EVERY: u64 = 100;
+
+/// A sale rate that moved by less than this (units per second), and by
+/// less than a tenth of itself, is not a change worth a report.
+pub const RATE_CHANGE_MIN_PER_S: f64 = 0.05;
 
 /// A unit movement between the pool and a region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +78,24 @@ pub struct SkuReport {
     pub sale_rate_per_s: f64,
 }
 
+impl SkuReport {
+    /// Whether this report tells the coordinator something `sent` (the last
+    /// report of the same SKU it answered) did not: other counters, or a
+    /// sale rate that moved by more than a tenth and more than
+    /// [`RATE_CHANGE_MIN_PER_S`]. A rate decays between sales, so an exact
+    /// comparison would report every SKU at every sync.
+    pub fn differs_from(&self, sent: &SkuReport) -> bool {
+        let (now, then) = (self.sale_rate_per_s, sent.sale_rate_per_s);
+        let moved = (now - then).abs();
+        (self.available, self.held, self.sold) != (sent.available, sent.held, sent.sold)
+            || (moved > RATE_CHANGE_MIN_PER_S && moved > 0.1 * now.max(then))
+    }
+}
+
+fn full_by_default() -> bool {
+    true
+}
+
 /// Agent -> coordinator, on a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -72,12 +107,19 @@ pub struct SyncRequest {
     pub seq: u64,
     /// The agent's last measured round trip to the coordinator, ms.
     pub rtt_ms: u64,
-    /// Counters of every SKU the agent has.
+    /// Counters of the SKUs that changed since the last report the
+    /// coordinator answered, and of every SKU with a return here; of every
+    /// SKU the agent has when `full`.
     pub skus: Vec<SkuReport>,
     /// Ids of grants the agent applied and has not seen confirmed.
     pub acks: Vec<String>,
     /// Returns the agent debited and has not seen applied.
     pub returns: Vec<TransferMsg>,
+    /// `skus` lists every SKU, and the answer carries a directive for every
+    /// SKU of the region. Absent means true: an agent that does not say
+    /// sends every SKU.
+    #[serde(default = "full_by_default")]
+    pub full: bool,
 }
 
 /// The coordinator's instructions for one SKU at one region.
@@ -118,7 +160,10 @@ pub struct SyncResponse {
     pub confirmed: Vec<String>,
     /// Returns the coordinator has applied (the agent may forget them).
     pub applied_returns: Vec<String>,
-    /// One directive per SKU this region takes part in.
+    /// One directive per SKU this region takes part in, for a `full`
+    /// request; otherwise one per SKU the request reported or returned
+    /// units of, per SKU with a grant listed here, and per SKU whose
+    /// directive changed since this region's last sync.
     pub skus: Vec<SkuDirective>,
 }
 
@@ -189,4 +234,41 @@ pub struct TakeResponse {
     pub exhausted: bool,
     /// The SKU is paused at the coordinator.
     pub paused: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(available: u64, sale_rate_per_s: f64) -> SkuReport {
+        SkuReport {
+            tenant: "t".into(),
+            sku: "s".into(),
+            available,
+            held: 0,
+            sold: 0,
+            sale_rate_per_s,
+        }
+    }
+
+    /// Goal: a report differs from the last one sent when a counter moved
+    /// or the rate moved by more than a tenth and more than the floor, and
+    /// only then.
+    #[test]
+    fn a_report_differs_on_counters_or_a_real_rate_change() {
+        assert!(report(3, 1.0).differs_from(&report(2, 1.0)));
+        assert!(!report(3, 1.05).differs_from(&report(3, 1.0)));
+        assert!(report(3, 1.2).differs_from(&report(3, 1.0)));
+        assert!(!report(3, 0.04).differs_from(&report(3, 0.0)));
+        assert!(report(3, 0.0).differs_from(&report(3, 0.5)));
+    }
+
+    /// Goal: a sync request from an agent that does not send `full` is
+    /// read as a full one, as such agents report every SKU.
+    #[test]
+    fn a_request_without_full_is_full() {
+        let json = r#"{"epoch":1,"seq":1,"rtt_ms":0,"skus":[],"acks":[],"returns":[]}"#;
+        let req: SyncRequest = serde_json::from_str(json).unwrap();
+        assert!(req.full);
+    }
 }

@@ -634,6 +634,7 @@ impl Agent {
                     units: *units,
                 })
                 .collect(),
+            full: true,
         };
         self.stats.syncs += 1;
         self.sync_call = Some((call, now_us));

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use escrow_core::allocation::{
-    self, AgentSession, Allocation, AllocationError, Moves, Participant, TakeHistory,
+    self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
 };
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
 use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant};
@@ -131,36 +131,41 @@ impl Coordinator {
         }
     }
 
-    /// Applies a sync through [`allocation::sync`]; a request from an older
-    /// epoch is fenced (`None`: only the dead incarnation would read the error).
+    /// Applies a sync through [`allocation::admit`] and
+    /// [`Allocation::sync`]; a request from an older epoch is fenced
+    /// (`None`: only the dead incarnation would read the error).
     pub fn on_sync(&mut self, now_us: u64, r: usize, req: &SyncRequest) -> Option<SyncResponse> {
-        let seq = &mut self.grant_seq;
-        let synced = match allocation::sync(
-            &mut [Participant {
-                allocation: &mut self.allocation,
-                region: r,
-                policy: self.policy.as_ref(),
-            }],
-            self.sessions[r],
-            req,
-            &self.applied_returns[r],
-            now_us / 1_000,
-            &mut || next_grant_id(seq),
-        ) {
-            Ok(synced) => synced,
+        let admitted = match allocation::check_sync(req)
+            .and_then(|()| allocation::admit(self.sessions[r], req))
+        {
+            Ok(admitted) => admitted,
             Err(AllocationError::StaleEpoch) => return None,
             Err(e) => panic!("the simulated agent sent a sync the rules refuse: {e}"),
         };
-        if let Some(session) = synced.session {
+        let seq = &mut self.grant_seq;
+        let synced = self
+            .allocation
+            .sync(
+                r,
+                req,
+                &self.applied_returns[r],
+                now_us / 1_000,
+                self.policy.as_ref(),
+                &mut || next_grant_id(seq),
+            )
+            .unwrap_or_else(|e| panic!("the simulated agent sent a sync the rules refuse: {e}"));
+        if let Some(session) = admitted {
             self.sessions[r] = Some(session);
         }
         self.applied_returns[r].extend(synced.applied.into_iter().map(|t| t.id));
-        let merged = synced.moves.iter().any(|m| m.merged);
-        self.merged_at(merged, now_us);
-        for moves in &synced.moves {
-            self.news(moves);
-        }
-        Some(synced.response)
+        self.merged_at(synced.moves.merged, now_us);
+        self.news(&synced.moves);
+        Some(SyncResponse {
+            grants: synced.grants,
+            confirmed: req.acks.clone(),
+            applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
+            skus: vec![synced.directive],
+        })
     }
 
     /// A synchronous take through [`Allocation::take`], with the take ids

@@ -31,13 +31,13 @@ fn authorise(state: &AppState, headers: &HeaderMap, region: &str) -> Result<Regi
     params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
     request_body = SyncRequest,
     responses(
-        (status = 200, description = "Applied: acks, returns, the report if newer, a rebalance", body = SyncResponse),
+        (status = 200, description = "Applied SKU by SKU, each in its own transaction: acks, returns, each report newer than the SKU's stored one, a rebalance", body = SyncResponse),
         (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
         (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
         (status = 409, description = "`FENCED`: an older agent process; nothing applied", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed but the SKUs it finished, each whole", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]

@@ -367,8 +367,20 @@ impl Store {
             save_policy(&mut tx, tenant, sku, chosen.as_ref()).await?;
         }
         tx.commit().await?;
-        self.observe(&loaded.allocation, &loaded.names, &split);
-        self.observe(&loaded.allocation, &loaded.names, &moves);
+        self.observe(
+            before.as_ref(),
+            &loaded.allocation,
+            &loaded.names,
+            &split,
+            None,
+        );
+        self.observe(
+            before.as_ref(),
+            &loaded.allocation,
+            &loaded.names,
+            &moves,
+            None,
+        );
         Ok(if created {
             Applied::Created
         } else {
@@ -395,7 +407,8 @@ impl Store {
         .await
     }
 
-    /// Pauses or resumes a SKU everywhere (agents learn it at their next sync).
+    /// Pauses or resumes a SKU everywhere (agents learn it at their next
+    /// sync, as news).
     pub async fn set_paused(
         &self,
         tenant: &Tenant,
@@ -430,7 +443,13 @@ impl Store {
         let moves = change(&mut loaded);
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
-        self.observe(&loaded.allocation, &loaded.names, &moves);
+        self.observe(
+            Some(&before),
+            &loaded.allocation,
+            &loaded.names,
+            &moves,
+            None,
+        );
         Ok(Applied::Changed)
     }
 

@@ -2,7 +2,8 @@
 //!
 //! `skus` holds the total, pool, mode, settings and the SKU's own policy
 //! choice, if any; `sku_regions` one row
-//! per region (lease, cumulative returns, pending recall, last report);
+//! per region (lease, cumulative returns, pending recall, last report and
+//! the `(epoch, seq)` of the request that brought it);
 //! `transfers` the grants still `PENDING` (in transit); `regions` each
 //! agent's round trip. [`load`] reads them into an [`Allocation`] with the
 //! region names beside it; [`save`] writes what a rules call changed, each
@@ -91,6 +92,17 @@ pub(super) async fn load_to_change(
     Ok(Some(loaded))
 }
 
+/// The columns of `skus` that [`sku_of`] reads.
+const SKU_COLUMNS: &str = "s.tenant, s.sku, s.total, s.pool, s.mode, s.paused, s.max_per_user,
+                           s.hold_ttl_ms, s.policy, s.policy_settings";
+
+/// The columns of `sku_regions` (as `r`, joined with `regions` as `g`)
+/// that [`region_of`] reads.
+const REGION_COLUMNS: &str = "r.tenant, r.sku, r.region, r.weight, r.leased, r.returned,
+                              r.recall_pending, r.reported_available, r.reported_held,
+                              r.reported_sold, r.sale_rate_per_s, r.reported_at, r.report_epoch,
+                              r.report_seq, COALESCE(g.rtt_ms, 0) AS rtt_ms";
+
 /// Loads one SKU with its regions and pending grants.
 pub(super) async fn load(
     conn: &mut Tx,
@@ -103,9 +115,7 @@ pub(super) async fn load(
         Lock::None => "",
     };
     let row = sql(format!(
-        "SELECT tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms,
-                policy, policy_settings
-         FROM skus WHERE tenant = $1 AND sku = $2 {lock}"
+        "SELECT {SKU_COLUMNS} FROM skus s WHERE s.tenant = $1 AND s.sku = $2 {lock}"
     ))
     .bind(tenant)
     .bind(sku)
@@ -114,10 +124,99 @@ pub(super) async fn load(
     let Some(row) = row else {
         return Ok(None);
     };
+    let mut loaded = sku_of(&row)?;
+    let rows = sql(format!(
+        "SELECT {REGION_COLUMNS}
+         FROM sku_regions r LEFT JOIN regions g ON g.region = r.region
+         WHERE r.tenant = $1 AND r.sku = $2
+         ORDER BY r.region"
+    ))
+    .bind(tenant)
+    .bind(sku)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        add_region(&mut loaded, row)?;
+    }
+    let grants = sql("SELECT id, region, units FROM transfers
+                      WHERE tenant = $1 AND sku = $2 AND kind = 'GRANT' AND state = 'PENDING'")
+    .bind(tenant)
+    .bind(sku)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &grants {
+        add_grant(&mut loaded, row)?;
+    }
+    Ok(Some(loaded))
+}
+
+/// Loads, without locks (read in a snapshot), every SKU `region` takes
+/// part in, in (tenant, sku) order: three statements for all of them, so
+/// a full sync reads its region's SKUs at once and locks only those it
+/// changes.
+pub(super) async fn load_region(
+    conn: &mut Tx,
+    region: &RegionName,
+) -> Result<Vec<Loaded>, StoreError> {
+    let mine = "SELECT tenant, sku FROM sku_regions WHERE region = $1";
+    let rows = sql(format!(
+        "SELECT {SKU_COLUMNS} FROM skus s WHERE (s.tenant, s.sku) IN ({mine})
+         ORDER BY s.tenant, s.sku"
+    ))
+    .bind(region.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut skus = Vec::with_capacity(rows.len());
+    let mut index = BTreeMap::new();
+    for row in &rows {
+        let loaded = sku_of(row)?;
+        index.insert(
+            (
+                loaded.allocation.tenant.as_str().to_owned(),
+                loaded.allocation.sku.as_str().to_owned(),
+            ),
+            skus.len(),
+        );
+        skus.push(loaded);
+    }
+    let find = |row: &Row| -> Result<usize, StoreError> {
+        let key: (String, String) = (row.try_get("tenant")?, row.try_get("sku")?);
+        index
+            .get(&key)
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt(format!("row of unknown sku {}/{}", key.0, key.1)))
+    };
+    let rows = sql(format!(
+        "SELECT {REGION_COLUMNS}
+         FROM sku_regions r LEFT JOIN regions g ON g.region = r.region
+         WHERE (r.tenant, r.sku) IN ({mine})
+         ORDER BY r.tenant, r.sku, r.region"
+    ))
+    .bind(region.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        add_region(&mut skus[find(row)?], row)?;
+    }
+    let grants = sql(format!(
+        "SELECT tenant, sku, id, region, units FROM transfers
+         WHERE kind = 'GRANT' AND state = 'PENDING' AND (tenant, sku) IN ({mine})"
+    ))
+    .bind(region.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &grants {
+        add_grant(&mut skus[find(row)?], row)?;
+    }
+    Ok(skus)
+}
+
+/// A SKU from its `skus` row ([`SKU_COLUMNS`]), without regions yet.
+fn sku_of(row: &Row) -> Result<Loaded, StoreError> {
     let mode: String = row.try_get("mode")?;
     let policy = policy_of(row.try_get("policy")?, row.try_get("policy_settings")?)?;
     let max_per_user: i32 = row.try_get("max_per_user")?;
-    let mut allocation = Allocation {
+    let allocation = Allocation {
         tenant: Tenant::parse(row.try_get("tenant")?).map_err(corrupt("tenant"))?,
         sku: Sku::parse(row.try_get("sku")?).map_err(corrupt("sku"))?,
         total: count(row.try_get("total")?, "total")?,
@@ -132,44 +231,34 @@ pub(super) async fn load(
         .map_err(corrupt("settings"))?,
         regions: Vec::new(),
     };
-    let rows = sql(
-        "SELECT r.region, r.weight, r.leased, r.returned, r.recall_pending,
-                r.reported_available, r.reported_held, r.reported_sold, r.sale_rate_per_s,
-                r.reported_at, COALESCE(g.rtt_ms, 0) AS rtt_ms
-         FROM sku_regions r LEFT JOIN regions g ON g.region = r.region
-         WHERE r.tenant = $1 AND r.sku = $2
-         ORDER BY r.region",
-    )
-    .bind(tenant)
-    .bind(sku)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut names = Vec::with_capacity(rows.len());
-    for row in &rows {
-        names.push(RegionName::parse(row.try_get("region")?).map_err(corrupt("region"))?);
-        allocation.regions.push(region_of(row)?);
-    }
-    let grants = sql("SELECT id, region, units FROM transfers
-                      WHERE tenant = $1 AND sku = $2 AND kind = 'GRANT' AND state = 'PENDING'")
-    .bind(tenant)
-    .bind(sku)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &grants {
-        let region: String = row.try_get("region")?;
-        let index = names
-            .iter()
-            .position(|n| n.as_str() == region)
-            .ok_or_else(|| StoreError::Corrupt(format!("grant to unknown region {region}")))?;
-        allocation.regions[index]
-            .grants
-            .insert(row.try_get("id")?, count(row.try_get("units")?, "grant")?);
-    }
-    Ok(Some(Loaded {
+    Ok(Loaded {
         allocation,
-        names,
+        names: Vec::new(),
         policy,
-    }))
+    })
+}
+
+/// Adds a region from its `sku_regions` row ([`REGION_COLUMNS`]).
+fn add_region(loaded: &mut Loaded, row: &Row) -> Result<(), StoreError> {
+    loaded
+        .names
+        .push(RegionName::parse(row.try_get("region")?).map_err(corrupt("region"))?);
+    loaded.allocation.regions.push(region_of(row)?);
+    Ok(())
+}
+
+/// Adds a pending grant from its `transfers` row.
+fn add_grant(loaded: &mut Loaded, row: &Row) -> Result<(), StoreError> {
+    let region: String = row.try_get("region")?;
+    let index = loaded
+        .names
+        .iter()
+        .position(|n| n.as_str() == region)
+        .ok_or_else(|| StoreError::Corrupt(format!("grant to unknown region {region}")))?;
+    loaded.allocation.regions[index]
+        .grants
+        .insert(row.try_get("id")?, count(row.try_get("units")?, "grant")?);
+    Ok(())
 }
 
 /// A stored policy choice: a name and its settings as JSON, both or neither.
@@ -230,6 +319,10 @@ fn region_of(row: &Row) -> Result<RegionAllocation, StoreError> {
         },
         reported_at_ms: reported_at.map(millis).transpose()?,
         rtt_ms: count(row.try_get("rtt_ms")?, "rtt_ms")?,
+        reported_by: (
+            row.try_get("report_epoch")?,
+            count(row.try_get("report_seq")?, "report_seq")?,
+        ),
     })
 }
 
@@ -374,16 +467,19 @@ async fn save_region(
     let sql = match before {
         None => {
             "INSERT INTO sku_regions (tenant, sku, region, weight, leased, returned, recall_pending,
-                    reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING"
+                    reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at,
+                    report_epoch, report_seq)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             ON CONFLICT DO NOTHING"
         }
         Some(before) if unchanged(before, after) => return Ok(()),
         Some(_) => {
             "UPDATE sku_regions SET weight = $4, leased = $5, returned = $6, recall_pending = $7,
                     reported_available = $8, reported_held = $9, reported_sold = $10,
-                    sale_rate_per_s = $11, reported_at = $12
+                    sale_rate_per_s = $11, reported_at = $12, report_epoch = $13, report_seq = $14
              WHERE tenant = $1 AND sku = $2 AND region = $3
-               AND leased = $13 AND returned = $14 AND recall_pending = $15"
+               AND leased = $15 AND returned = $16 AND recall_pending = $17
+               AND report_epoch = $18 AND report_seq = $19"
         }
     };
     let weight = i32::try_from(after.weight)
@@ -400,12 +496,16 @@ async fn save_region(
         .bind(stored(after.report.held)?)
         .bind(stored(after.report.sold)?)
         .bind(after.report.sale_rate_per_s)
-        .bind(after.reported_at_ms.map(timestamp).transpose()?);
+        .bind(after.reported_at_ms.map(timestamp).transpose()?)
+        .bind(after.reported_by.0)
+        .bind(stored(after.reported_by.1)?);
     if let Some(before) = before {
         query = query
             .bind(stored(before.leased)?)
             .bind(stored(before.returned)?)
-            .bind(stored(before.recall_pending)?);
+            .bind(stored(before.recall_pending)?)
+            .bind(before.reported_by.0)
+            .bind(stored(before.reported_by.1)?);
     }
     let changed = query.execute(&mut *conn).await?;
     one_row(changed, "region row")
@@ -421,6 +521,7 @@ fn unchanged(before: &RegionAllocation, after: &RegionAllocation) -> bool {
         before.recall_pending,
         before.report,
         before.reported_at_ms,
+        before.reported_by,
     ) == (
         after.weight,
         after.leased,
@@ -428,5 +529,6 @@ fn unchanged(before: &RegionAllocation, after: &RegionAllocation) -> bool {
         after.recall_pending,
         after.report,
         after.reported_at_ms,
+        after.reported_by,
     )
 }

@@ -1,12 +1,14 @@
 //! The coordinator's books, in PostgreSQL or in an embedded SQLite file.
 //!
-//! Every operation is one transaction: lock the rows it concerns (`FOR
-//! UPDATE`, SKUs in (tenant, sku) order, so concurrent syncs of different
-//! regions never deadlock; on SQLite the file's write lock, taken first),
-//! load each SKU into escrow-core's [`Allocation`], let the rules decide,
-//! and write the difference back, each write a conditional statement whose
-//! affected-row count is checked. Nothing here decides how units move; see
-//! `escrow_core::allocation`.
+//! Every change is made in transactions that lock at most one SKU: lock
+//! the rows it concerns (`FOR UPDATE`; on SQLite the file's write lock,
+//! taken first), load the SKU into escrow-core's [`Allocation`], let the
+//! rules decide, and write the difference back, each write a conditional
+//! statement whose affected-row count is checked. A sync is one such
+//! transaction per SKU it concerns, after a short one on the region's
+//! agent row; no lock is held across SKUs, so nothing waits for a whole
+//! region and no two transactions can deadlock. Nothing here decides how
+//! units move; see `escrow_core::allocation`.
 //!
 //! - [`books`]: loading an [`Allocation`] from its rows and writing it back.
 //! - [`region`]: the region API's sync and take.
@@ -101,12 +103,33 @@ impl Store {
         &self.notices
     }
 
-    /// After a commit: counts what a rebalance did, logs a tail merge, and
-    /// tells each region with something to do (`names` by region index).
-    fn observe(&self, allocation: &Allocation, names: &[RegionName], moves: &Moves) {
-        observe(allocation, moves);
-        for i in moves.regions_to_notify(names.len()) {
-            self.notices.notify(&names[i]);
+    /// After a commit that took the SKU from `before` (`None`: created) to
+    /// `after`: counts what a rebalance did, logs a tail merge, tells each
+    /// region with something to do (`names` by region index) at once, and
+    /// records news for every region whose directive changed, except
+    /// `answered`, the syncing region, which has its directive already.
+    fn observe(
+        &self,
+        before: Option<&Allocation>,
+        after: &Allocation,
+        names: &[RegionName],
+        moves: &Moves,
+        answered: Option<usize>,
+    ) {
+        observe(after, moves);
+        let notify = moves.regions_to_notify(names.len());
+        for i in &notify {
+            self.notices.notify(&names[*i]);
+        }
+        for (i, name) in names.iter().enumerate() {
+            let was = before
+                .filter(|b| i < b.regions.len())
+                .map(|b| b.directive(i));
+            let changed = notify.contains(&i) || was != Some(after.directive(i));
+            if changed && answered != Some(i) {
+                self.notices
+                    .record(name, after.tenant.as_str(), after.sku.as_str());
+            }
         }
     }
 

@@ -1,18 +1,23 @@
-//! The region API in SQL: a sync or a take is one transaction that locks
-//! the region's agent row and the SKUs concerned, loads them, calls
-//! `escrow_core::allocation`, and writes the result back.
+//! The region API in SQL. A take is one transaction that locks its SKU. A
+//! sync is a short transaction on the region's agent row (fencing, and its
+//! standing), then one short transaction per SKU it concerns, each locking
+//! that SKU alone: load it, apply its acks, returns and report and
+//! rebalance it through `escrow_core::allocation`, write the result back,
+//! commit. A SKU that the request does not report, return units of, or
+//! owe a directive for is not touched at all.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use chrono::Utc;
-use escrow_core::allocation::{self, AgentSession, Participant, TakeHistory};
+use escrow_core::allocation::{self, AgentSession, SkuSynced, TakeHistory};
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg};
-use escrow_core::{Policy, RegionName};
+use escrow_core::RegionName;
 
+use crate::notices::News;
 use crate::policies::Policies;
 
 use super::backend::{sql, Tx};
-use super::books::{count, load_to_change, save, stored, Loaded, Lock};
+use super::books::{count, load_region, load_to_change, save, stored, Lock};
 use super::{new_grant_id, Store, StoreError};
 
 /// The region's agent row, locked: its session as the rules see it, and
@@ -52,25 +57,39 @@ async fn lock_session(
     Ok((Some(session), (epoch, seq)))
 }
 
-/// Loads, locked and in (tenant, sku) order, every SKU `region` takes part in.
-async fn lock_region_skus(conn: &mut Tx, region: &RegionName) -> Result<Vec<Loaded>, StoreError> {
-    let lock = conn.locking("FOR UPDATE OF s");
-    let keys = sql(format!(
-        "SELECT s.tenant, s.sku FROM skus s JOIN sku_regions r USING (tenant, sku)
-         WHERE r.region = $1 ORDER BY s.tenant, s.sku {lock}"
-    ))
+/// A SKU by (tenant, sku).
+type SkuKey = (String, String);
+
+/// The SKUs a delta sync concerns, in (tenant, sku) order: those it
+/// reports, those it returns units of, those with a grant to the region in
+/// transit (so every pending grant is listed in the answer) and the
+/// region's news. Read without locks: each SKU is locked on its own.
+async fn delta_keys(
+    conn: &mut Tx,
+    region: &RegionName,
+    req: &SyncRequest,
+    news: &News,
+) -> Result<BTreeSet<SkuKey>, StoreError> {
+    let mut keys = returned_keys(req);
+    keys.extend(req.skus.iter().map(|r| (r.tenant.clone(), r.sku.clone())));
+    keys.extend(news.skus.iter().cloned());
+    let rows = sql("SELECT DISTINCT tenant, sku FROM transfers
+                    WHERE region = $1 AND kind = 'GRANT' AND state = 'PENDING'")
     .bind(region.as_str())
     .fetch_all(&mut *conn)
     .await?;
-    let mut skus = Vec::with_capacity(keys.len());
-    for key in &keys {
-        let (tenant, sku): (String, String) = (key.try_get("tenant")?, key.try_get("sku")?);
-        let loaded = load_to_change(conn, &tenant, &sku, Lock::None)
-            .await?
-            .ok_or(StoreError::UnknownSku)?;
-        skus.push(loaded);
+    for row in &rows {
+        keys.insert((row.try_get("tenant")?, row.try_get("sku")?));
     }
-    Ok(skus)
+    Ok(keys)
+}
+
+/// The SKUs `req` returns units of.
+fn returned_keys(req: &SyncRequest) -> BTreeSet<SkuKey> {
+    req.returns
+        .iter()
+        .map(|t| (t.tenant.clone(), t.sku.clone()))
+        .collect()
 }
 
 /// Records returns as applied, so a repeat is recognised.
@@ -127,56 +146,50 @@ async fn applied_returns(
 }
 
 impl Store {
-    /// Applies one agent's sync to every SKU its region takes part in, in
-    /// one transaction, and answers with its grants and directives.
+    /// Applies one agent's sync, SKU by SKU, and answers with its grants
+    /// and the directives it is owed. A request refused as a whole (a bad
+    /// return or report, an older epoch) changes nothing; a return refused
+    /// for its SKU (beyond the lease, or for a SKU the region has no part
+    /// in) fails the sync after the SKUs before it committed their parts,
+    /// each whole, which the agent's next sync repeats harmlessly.
     pub async fn sync(
         &self,
         region: &RegionName,
         req: &SyncRequest,
         policies: &Policies,
     ) -> Result<SyncResponse, StoreError> {
-        let now_ms = count(Utc::now().timestamp_millis(), "clock")?;
-        let seq = stored(req.seq)?;
+        allocation::check_sync(req)?;
+        // Only the newest request takes the region's news: a duplicate or
+        // late one may be answered to nobody, and the news would be lost.
+        let news = if self.admit(region, req).await? {
+            self.notices.take_news(region)
+        } else {
+            News::default()
+        };
+        let synced = self.sync_skus(region, req, &news, policies).await;
+        if synced.is_err() {
+            self.notices.restore_news(region, news);
+        }
+        metrics::counter!("coordinator_syncs_total", "region" => region.as_str().to_owned())
+            .increment(1);
+        synced
+    }
+
+    /// Fences an older agent process and stores the region's standing when
+    /// the request is the newest seen (then `true`): one short transaction
+    /// on the region's agent row.
+    async fn admit(&self, region: &RegionName, req: &SyncRequest) -> Result<bool, StoreError> {
         let mut tx = self.db.write().await?;
         let (session, (epoch_was, seq_was)) = lock_session(&mut tx, region, req.epoch).await?;
-        let mut skus = lock_region_skus(&mut tx, region).await?;
-        let applied_before = applied_returns(&mut tx, region, &req.returns).await?;
-
-        let before: Vec<_> = skus.iter().map(|l| l.allocation.clone()).collect();
-        let built: Vec<Box<dyn Policy>> = skus
-            .iter()
-            .map(|l| policies.of(l.policy.as_ref()).build())
-            .collect();
-        let mut participants = Vec::with_capacity(skus.len());
-        for (loaded, policy) in skus.iter_mut().zip(&built) {
-            let index = loaded.index_of(region).ok_or(StoreError::UnknownSku)?;
-            participants.push(Participant {
-                allocation: &mut loaded.allocation,
-                region: index,
-                policy: policy.as_ref(),
-            });
-        }
-        let synced = allocation::sync(
-            &mut participants,
-            session,
-            req,
-            &applied_before,
-            now_ms,
-            &mut new_grant_id,
-        )?;
-
-        for (loaded, before) in skus.iter().zip(&before) {
-            save(&mut tx, Some(before), &loaded.allocation, &loaded.names).await?;
-        }
-        record_returns(&mut tx, region, &synced.applied).await?;
-        if let Some(session) = synced.session {
+        let admitted = allocation::admit(session, req)?;
+        if let Some(session) = admitted {
             let changed = sql(
                 "UPDATE regions SET epoch = $2, seq = $3, rtt_ms = $4, last_sync_at = $7
                  WHERE region = $1 AND epoch = $5 AND seq = $6",
             )
             .bind(region.as_str())
             .bind(session.epoch)
-            .bind(seq)
+            .bind(stored(session.seq)?)
             .bind(stored(session.rtt_ms)?)
             .bind(epoch_was)
             .bind(seq_was)
@@ -188,12 +201,119 @@ impl Store {
             }
         }
         tx.commit().await?;
-        for (loaded, moves) in skus.iter().zip(&synced.moves) {
-            self.observe(&loaded.allocation, &loaded.names, moves);
+        Ok(admitted.is_some())
+    }
+
+    /// Each SKU the sync concerns in its own transaction; the answer. A
+    /// full sync (or news of everything) reads every SKU of the region in
+    /// one snapshot first, and locks only those whose part could change
+    /// something (`Allocation::sync_changes`) or that have news; the others'
+    /// directives and pending grants come from the snapshot, which was read
+    /// after the news was taken, so it is at least as new as what the news
+    /// would answer.
+    async fn sync_skus(
+        &self,
+        region: &RegionName,
+        req: &SyncRequest,
+        news: &News,
+        policies: &Policies,
+    ) -> Result<SyncResponse, StoreError> {
+        let mut response = SyncResponse {
+            grants: Vec::new(),
+            confirmed: req.acks.clone(),
+            applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
+            skus: Vec::new(),
+        };
+        let mut tx = self.db.snapshot().await?;
+        let keys = if req.full || news.all {
+            let mut keys = returned_keys(req);
+            for loaded in load_region(&mut tx, region).await? {
+                let index = loaded
+                    .index_of(region)
+                    .ok_or_else(|| StoreError::Corrupt("a region's SKU without it".into()))?;
+                let key = (
+                    loaded.allocation.tenant.as_str().to_owned(),
+                    loaded.allocation.sku.as_str().to_owned(),
+                );
+                if news.skus.contains(&key) || loaded.allocation.sync_changes(index, req) {
+                    keys.insert(key);
+                } else if !keys.contains(&key) {
+                    response
+                        .grants
+                        .extend(loaded.allocation.pending_grants(index));
+                    response.skus.push(loaded.allocation.directive(index));
+                }
+            }
+            keys
+        } else {
+            delta_keys(&mut tx, region, req, news).await?
+        };
+        tx.commit().await?;
+        let now_ms = count(Utc::now().timestamp_millis(), "clock")?;
+        for key in &keys {
+            if let Some(synced) = self.sync_sku(region, req, key, now_ms, policies).await? {
+                response.grants.extend(synced.grants);
+                response.skus.push(synced.directive);
+            }
         }
-        metrics::counter!("coordinator_syncs_total", "region" => region.as_str().to_owned())
-            .increment(1);
-        Ok(synced.response)
+        response
+            .skus
+            .sort_by(|a, b| (&a.tenant, &a.sku).cmp(&(&b.tenant, &b.sku)));
+        Ok(response)
+    }
+
+    /// One SKU's part of a sync, in one transaction that locks that SKU
+    /// only. `None`: the region has no part in the SKU (and returns none of
+    /// it), so there is nothing to apply or answer.
+    async fn sync_sku(
+        &self,
+        region: &RegionName,
+        req: &SyncRequest,
+        (tenant, sku): &SkuKey,
+        now_ms: u64,
+        policies: &Policies,
+    ) -> Result<Option<SkuSynced>, StoreError> {
+        let returns: Vec<TransferMsg> = req
+            .returns
+            .iter()
+            .filter(|t| (&t.tenant, &t.sku) == (tenant, sku))
+            .cloned()
+            .collect();
+        let mut tx = self.db.write().await?;
+        let loaded = load_to_change(&mut tx, tenant, sku, Lock::ForUpdate).await?;
+        let Some((mut loaded, index)) =
+            loaded.and_then(|l| l.index_of(region).map(|index| (l, index)))
+        else {
+            return match returns.first() {
+                Some(ret) => Err(StoreError::Invalid(format!(
+                    "return for a SKU this region has no part in: {}",
+                    ret.id
+                ))),
+                None => Ok(None),
+            };
+        };
+        let applied_before = applied_returns(&mut tx, region, &returns).await?;
+        let before = loaded.allocation.clone();
+        let policy = policies.of(loaded.policy.as_ref()).build();
+        let synced = loaded.allocation.sync(
+            index,
+            req,
+            &applied_before,
+            now_ms,
+            policy.as_ref(),
+            &mut new_grant_id,
+        )?;
+        save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
+        record_returns(&mut tx, region, &synced.applied).await?;
+        tx.commit().await?;
+        self.observe(
+            Some(&before),
+            &loaded.allocation,
+            &loaded.names,
+            &synced.moves,
+            Some(index),
+        );
+        Ok(Some(synced))
     }
 
     /// A synchronous take: grant up to `units` from the pool now, and say
@@ -234,7 +354,13 @@ impl Store {
                 .take(index, req, history, policy.as_ref(), &mut new_grant_id)?;
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         tx.commit().await?;
-        self.observe(&loaded.allocation, &loaded.names, &taken.moves);
+        self.observe(
+            Some(&before),
+            &loaded.allocation,
+            &loaded.names,
+            &taken.moves,
+            None,
+        );
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
         metrics::counter!("coordinator_takes_total", "exhausted" => taken.response.exhausted.to_string())
             .increment(1);
