@@ -362,16 +362,7 @@ async fn back_to_back(
     for mut agent in agents.drain(..) {
         let (escrow, changes) = (settings.skus, settings.changes_per_sync);
         tasks.push(tokio::spawn(async move {
-            let mut hist = histogram();
-            let mut failed = 0;
-            while Instant::now() < until {
-                agent.sell(escrow, changes);
-                let at = Instant::now();
-                match agent.sync(escrow).await {
-                    Ok(StatusCode::OK) => hist.record(at.elapsed().as_micros() as u64)?,
-                    _ => failed += 1,
-                }
-            }
+            let (hist, failed) = sync_until(&mut agent, escrow, changes, until, None).await?;
             anyhow::Ok((agent, hist, failed))
         }));
     }
@@ -384,6 +375,31 @@ async fn back_to_back(
         agents.push(agent);
     }
     Ok((all, failed, started.elapsed()))
+}
+
+/// One played agent sells and syncs until `until`, each sync starting
+/// `interval` after the last one started, or at once without one.
+async fn sync_until(
+    agent: &mut Agent,
+    escrow: usize,
+    changes: usize,
+    until: Instant,
+    interval: Option<Duration>,
+) -> Calls {
+    let mut hist = histogram();
+    let mut failed = 0;
+    while Instant::now() < until {
+        agent.sell(escrow, changes);
+        let at = Instant::now();
+        match agent.sync(escrow).await {
+            Ok(StatusCode::OK) => hist.record(at.elapsed().as_micros() as u64)?,
+            _ => failed += 1,
+        }
+        if let Some(interval) = interval {
+            tokio::time::sleep(interval.saturating_sub(at.elapsed())).await;
+        }
+    }
+    Ok((hist, failed))
 }
 
 /// Agents sync at their interval while takers take from central SKUs.
@@ -399,18 +415,7 @@ async fn takes_with_syncs(
         let (escrow, interval) = (settings.skus, settings.sync_interval);
         let changes = settings.changes_per_sync;
         syncers.push(tokio::spawn(async move {
-            let mut hist = histogram();
-            let mut failed = 0;
-            while Instant::now() < until {
-                agent.sell(escrow, changes);
-                let at = Instant::now();
-                match agent.sync(escrow).await {
-                    Ok(StatusCode::OK) => hist.record(at.elapsed().as_micros() as u64)?,
-                    _ => failed += 1,
-                }
-                tokio::time::sleep(interval.saturating_sub(at.elapsed())).await;
-            }
-            anyhow::Ok((hist, failed))
+            sync_until(&mut agent, escrow, changes, until, Some(interval)).await
         }));
     }
     let mut takers = Vec::new();

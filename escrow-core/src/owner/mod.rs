@@ -899,7 +899,12 @@ impl SkuOwner {
         }
         // Due holds expire; one an action of this batch touched was
         // decided by the action (which expires what it finds due).
-        let acted: HashSet<&RequestKey> = work.acts.iter().map(|a| &a.key).collect();
+        let any_due = self.expiry.first().is_some_and(|(at, _)| *at <= now_ms);
+        let acted: HashSet<&RequestKey> = if any_due {
+            work.acts.iter().map(|a| &a.key).collect()
+        } else {
+            HashSet::new()
+        };
         let due: Vec<RequestKey> = self
             .expiry
             .iter()
