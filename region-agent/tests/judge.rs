@@ -172,6 +172,9 @@ async fn batches_of_many_skus_share_a_commit_and_fail_alone(db: TestDb) {
     assert_eq!(outcomes[0].inserted, [true]);
     assert_eq!(outcomes[1].inserted, [true, true]);
     assert_eq!(held(&db).await, [1, 0, 2, 0]);
+    // Holds only: PostgreSQL wrote them without a transaction around.
+    assert_one_statement(&db, "a", &["a-u1"]).await;
+    assert_one_statement(&db, "c", &["c-u1", "c-u2"]).await;
 }
 
 /// Goal: through the committer, batches of many SKUs sent at once are

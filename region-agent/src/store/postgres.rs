@@ -6,9 +6,16 @@
 //! unique index the per-user limit), transitions applied in the order the
 //! owner decided them and guarded by `status = 'HELD'` and the expiry, and
 //! the counter update checked by the table's CHECK constraints. A batch is
-//! one transaction: all of it or none.
+//! one transaction: all of it or none. A group of batches that only insert
+//! holds, the hot case, is committed as one statement instead, its own
+//! transaction in one round trip ([`one_statement`]), judged by the same
+//! INSERT ([`holds`]) and the same constraints.
+
+mod holds;
+mod one_statement;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -16,6 +23,8 @@ use escrow_core::{Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Te
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Postgres, Row, Transaction};
+
+use holds::HoldColumns;
 
 use super::rows::{
     audit_row_from, hold_from, pruned_key, request_key, reservation_from, sku_record_from,
@@ -289,80 +298,37 @@ async fn apply_round(
     Ok(())
 }
 
-/// Inserts the holds of every batch in one statement. Conflicts on the key
-/// (a replay) or on the one-active-per-user index skip the row; RETURNING
-/// tells which rows are new, and their units move each batch's counters.
+/// Inserts the holds of every batch in one statement ([`holds`]); the
+/// units of the rows it inserted move each batch's counters.
 async fn insert_holds(
     tx: &mut Transaction<'_, Postgres>,
     batches: &[&Batch],
     applied: &mut [Applied],
 ) -> Result<Vec<Vec<bool>>, StoreError> {
-    let mut inserted: Vec<Vec<bool>> = batches.iter().map(|b| vec![false; b.holds.len()]).collect();
-    let count: usize = batches.iter().map(|b| b.holds.len()).sum();
-    if count == 0 {
-        return Ok(inserted);
+    static INSERT_SQL: LazyLock<String> = LazyLock::new(|| holds::insert_sql(""));
+    let columns = HoldColumns::new(batches);
+    if columns.is_empty() {
+        return columns.inserted([], |_, _| ());
     }
-    let mut origin = Vec::with_capacity(count);
-    let (mut tenants, mut skus, mut keys, mut users) = (
-        Vec::with_capacity(count),
-        Vec::with_capacity(count),
-        Vec::with_capacity(count),
-        Vec::with_capacity(count),
-    );
-    let (mut qtys, mut expiries, mut created) = (
-        Vec::with_capacity(count),
-        Vec::with_capacity(count),
-        Vec::with_capacity(count),
-    );
-    for (b, batch) in batches.iter().enumerate() {
-        for (h, hold) in batch.holds.iter().enumerate() {
-            origin.push((b, h));
-            tenants.push(batch.tenant.as_str());
-            skus.push(batch.sku.as_str());
-            keys.push(hold.request_key.as_str());
-            users.push(hold.user_id.as_str());
-            qtys.push(hold.qty.get() as i32);
-            expiries.push(ts(hold.expires_at_ms));
-            created.push(ts(batch.now_ms));
-        }
-    }
-    let rows = sqlx::query(
-        "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
-         SELECT u.tenant, u.request_key, u.sku, u.user_id, u.qty, 'HELD', u.expires_at, u.created_at
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-                     $7::timestamptz[])
-              WITH ORDINALITY AS u(tenant, sku, request_key, user_id, qty, expires_at, created_at, n)
-         ORDER BY u.n
-         ON CONFLICT DO NOTHING
-         RETURNING tenant, sku, request_key",
-    )
-    .bind(&tenants)
-    .bind(&skus)
-    .bind(&keys)
-    .bind(&users)
-    .bind(&qtys)
-    .bind(&expiries)
-    .bind(&created)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(database)?;
-    let index_of: HashMap<(&str, &str, &str), usize> = (0..count)
-        .map(|i| ((tenants[i], skus[i], keys[i]), i))
-        .collect();
-    for row in &rows {
-        let tenant: String = row.try_get("tenant").map_err(database)?;
-        let sku: String = row.try_get("sku").map_err(database)?;
-        let key: String = row.try_get("request_key").map_err(database)?;
-        let i = *index_of
-            .get(&(tenant.as_str(), sku.as_str(), key.as_str()))
-            .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
-        let (b, h) = origin[i];
-        inserted[b][h] = true;
-        let units = i64::from(qtys[i]);
+    let rows = columns
+        .bind(sqlx::query(&INSERT_SQL))
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(database)?;
+    let returned = rows
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("tenant").map_err(database)?,
+                row.try_get("sku").map_err(database)?,
+                row.try_get("request_key").map_err(database)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    columns.inserted(returned, |b, units| {
         applied[b].deltas.available -= units;
         applied[b].deltas.held += units;
-    }
-    Ok(inserted)
+    })
 }
 
 /// Moves the counters of every batch that changed any in one conditional
@@ -540,6 +506,52 @@ async fn debit_returns(
     Ok(())
 }
 
+/// Commits `batches` in one transaction of several statements: the lease,
+/// each batch's own writes ([`apply_batch`]), every batch's holds
+/// ([`insert_holds`]), every batch's counters ([`move_counters`]). Any
+/// group can take this path; a batch whose own writes fail is named.
+async fn commit_in_transaction(
+    pool: &PgPool,
+    epoch: Epoch,
+    batches: &[&Batch],
+) -> Result<Vec<BatchOutcome>, BatchError> {
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(database)
+        .map_err(BatchError::whole)?;
+    check_lease(&mut tx, epoch)
+        .await
+        .map_err(BatchError::whole)?;
+    let mut applied = Vec::with_capacity(batches.len());
+    for (index, batch) in batches.iter().enumerate() {
+        applied.push(
+            apply_batch(&mut tx, batch)
+                .await
+                .map_err(|error| BatchError {
+                    batch: Some(index),
+                    error,
+                })?,
+        );
+    }
+    let inserted = insert_holds(&mut tx, batches, &mut applied)
+        .await
+        .map_err(BatchError::whole)?;
+    move_counters(&mut tx, batches, &applied).await?;
+    let outcomes = applied
+        .into_iter()
+        .zip(inserted)
+        .map(|(applied, inserted)| BatchOutcome {
+            inserted,
+            applied_grants: applied.applied_grants,
+        })
+        .collect();
+    tx.commit()
+        .await
+        .map_err(|e| BatchError::whole(database(e)))?;
+    Ok(outcomes)
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn take_lease(&self, region: &RegionName) -> Result<Epoch, StoreError> {
@@ -661,42 +673,12 @@ impl Store for PgStore {
         epoch: Epoch,
         batches: &[&Batch],
     ) -> Result<Vec<BatchOutcome>, BatchError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(database)
-            .map_err(BatchError::whole)?;
-        check_lease(&mut tx, epoch)
-            .await
-            .map_err(BatchError::whole)?;
-        let mut applied = Vec::with_capacity(batches.len());
-        for (index, batch) in batches.iter().enumerate() {
-            applied.push(
-                apply_batch(&mut tx, batch)
-                    .await
-                    .map_err(|error| BatchError {
-                        batch: Some(index),
-                        error,
-                    })?,
-            );
+        if batches.iter().all(|batch| one_statement::only_holds(batch)) {
+            if let Some(outcomes) = one_statement::commit(&self.pool, epoch, batches).await? {
+                return Ok(outcomes);
+            }
         }
-        let inserted = insert_holds(&mut tx, batches, &mut applied)
-            .await
-            .map_err(BatchError::whole)?;
-        move_counters(&mut tx, batches, &applied).await?;
-        let outcomes = applied
-            .into_iter()
-            .zip(inserted)
-            .map(|(applied, inserted)| BatchOutcome {
-                inserted,
-                applied_grants: applied.applied_grants,
-            })
-            .collect();
-        tx.commit()
-            .await
-            .map_err(|e| BatchError::whole(database(e)))?;
-        Ok(outcomes)
+        commit_in_transaction(&self.pool, epoch, batches).await
     }
 
     async fn reservation(

@@ -197,3 +197,32 @@ pub async fn reservation_keys(db: &TestDb) -> Vec<String> {
     db.texts("SELECT request_key FROM reservations ORDER BY request_key")
         .await
 }
+
+/// On PostgreSQL, asserts that the SKU's counter row and the reservations
+/// of `keys` were last written by one statement: one transaction (`xmin`)
+/// and one command id (`cmin`). A transaction of several statements writes
+/// its INSERT and its counter UPDATE under different command ids. SQLite
+/// commits every group in such a transaction and shows neither column, so
+/// there this checks nothing.
+pub async fn assert_one_statement(db: &TestDb, sku: &str, keys: &[&str]) {
+    if db.postgres_pool().is_none() {
+        return;
+    }
+    let keys = keys
+        .iter()
+        .map(|key| format!("'{key}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = db
+        .texts(&format!(
+            "SELECT r.request_key || ': ' || (r.xmin = s.xmin AND r.cmin = s.cmin)
+             FROM reservations r JOIN sku_stock s ON s.tenant = r.tenant AND s.sku = r.sku
+             WHERE s.tenant = 'acme' AND s.sku = '{sku}' AND r.request_key IN ({keys})
+             ORDER BY r.request_key"
+        ))
+        .await;
+    assert!(
+        !rows.is_empty() && rows.iter().all(|row| row.ends_with("true")),
+        "{sku}: not written with its counters by one statement: {rows:?}"
+    );
+}

@@ -1,0 +1,135 @@
+//! The new holds of a group of batches as the columns of one `unnest`,
+//! written by one INSERT.
+//!
+//! Both ways of committing a group insert its holds with the same statement
+//! ([`insert_sql`]) bound the same way ([`HoldColumns::bind`]), and read what
+//! it returned the same way ([`HoldColumns::inserted`]): inside the
+//! transaction (`insert_holds`) and as a step of the one-statement commit
+//! ([`super::one_statement`]). So a hold is judged, and its outcome mapped
+//! back to its batch, identically on either path.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+
+use super::{ts, Batch, StoreError};
+
+/// The INSERT of the holds bound by [`HoldColumns::bind`] (`$1` to `$7`),
+/// in the order given, with `guard` (a WHERE clause, or nothing) deciding
+/// whether any row is inserted at all. A conflict on the key (a replay) or
+/// on the one-active-per-user index skips the row; RETURNING names the rows
+/// inserted, with the units their counters move by.
+pub(super) fn insert_sql(guard: &str) -> String {
+    format!(
+        "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+         SELECT u.tenant, u.request_key, u.sku, u.user_id, u.qty, 'HELD', u.expires_at, u.created_at
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                     $7::timestamptz[])
+              WITH ORDINALITY AS u(tenant, sku, request_key, user_id, qty, expires_at, created_at, n)
+         {guard}
+         ORDER BY u.n
+         ON CONFLICT DO NOTHING
+         RETURNING tenant, sku, request_key, qty"
+    )
+}
+
+/// A row the INSERT returned: tenant, SKU and request key.
+pub(super) type Returned = (String, String, String);
+
+/// Every hold of a group, one column per field, and the batch and hold
+/// each row came from.
+pub(super) struct HoldColumns<'a> {
+    /// Holds per batch, in batch order.
+    holds_per_batch: Vec<usize>,
+    /// For each row, its batch and its index among that batch's holds.
+    origin: Vec<(usize, usize)>,
+    tenants: Vec<&'a str>,
+    skus: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    users: Vec<&'a str>,
+    qtys: Vec<i32>,
+    expiries: Vec<DateTime<Utc>>,
+    created: Vec<DateTime<Utc>>,
+}
+
+impl<'a> HoldColumns<'a> {
+    /// The holds of `batches`, batch by batch, each batch's in its order.
+    pub(super) fn new(batches: &[&'a Batch]) -> Self {
+        let count: usize = batches.iter().map(|b| b.holds.len()).sum();
+        let mut columns = Self {
+            holds_per_batch: batches.iter().map(|b| b.holds.len()).collect(),
+            origin: Vec::with_capacity(count),
+            tenants: Vec::with_capacity(count),
+            skus: Vec::with_capacity(count),
+            keys: Vec::with_capacity(count),
+            users: Vec::with_capacity(count),
+            qtys: Vec::with_capacity(count),
+            expiries: Vec::with_capacity(count),
+            created: Vec::with_capacity(count),
+        };
+        for (b, batch) in batches.iter().enumerate() {
+            for (h, hold) in batch.holds.iter().enumerate() {
+                columns.origin.push((b, h));
+                columns.tenants.push(batch.tenant.as_str());
+                columns.skus.push(batch.sku.as_str());
+                columns.keys.push(hold.request_key.as_str());
+                columns.users.push(hold.user_id.as_str());
+                // A quantity is at most its SKU's max_per_user, itself at most 1000.
+                columns.qtys.push(hold.qty.get() as i32);
+                columns.expiries.push(ts(hold.expires_at_ms));
+                columns.created.push(ts(batch.now_ms));
+            }
+        }
+        columns
+    }
+
+    /// Whether the group carries no hold at all.
+    pub(super) fn is_empty(&self) -> bool {
+        self.origin.is_empty()
+    }
+
+    /// Binds the columns as `$1` to `$7` of [`insert_sql`].
+    pub(super) fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.tenants)
+            .bind(&self.skus)
+            .bind(&self.keys)
+            .bind(&self.users)
+            .bind(&self.qtys)
+            .bind(&self.expiries)
+            .bind(&self.created)
+    }
+
+    /// For each batch, whether each of its holds was inserted, from the
+    /// rows the INSERT returned; `moved(batch, units)` is called once per
+    /// inserted row with the units its batch's counters move by.
+    pub(super) fn inserted(
+        &self,
+        returned: impl IntoIterator<Item = Returned>,
+        mut moved: impl FnMut(usize, i64),
+    ) -> Result<Vec<Vec<bool>>, StoreError> {
+        let mut inserted: Vec<Vec<bool>> = self
+            .holds_per_batch
+            .iter()
+            .map(|&holds| vec![false; holds])
+            .collect();
+        let index_of: HashMap<(&str, &str, &str), usize> = (0..self.origin.len())
+            .map(|i| ((self.tenants[i], self.skus[i], self.keys[i]), i))
+            .collect();
+        for (tenant, sku, key) in returned {
+            let i = *index_of
+                .get(&(tenant.as_str(), sku.as_str(), key.as_str()))
+                .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
+            let (b, h) = self.origin[i];
+            inserted[b][h] = true;
+            moved(b, i64::from(self.qtys[i]));
+        }
+        Ok(inserted)
+    }
+}
