@@ -110,13 +110,16 @@ pub(super) async fn commit(
         .map(|(tenant, sku, _)| (tenant.as_str(), sku.as_str()))
         .collect();
     // Every SKU of an inserted row had its counter row locked by `stock`, so
-    // `moved` found it; the statement has committed, so a mismatch here is
-    // drift already stored, not an error the caller could still undo.
-    assert_eq!(
-        answer.skus_moved,
-        skus_with_holds.len() as i64,
-        "one-statement commit: counter rows moved against SKUs with new holds"
-    );
+    // `moved` found it. The statement has committed, so a mismatch would be
+    // drift already stored: every batch fails, its owner reloads, and the
+    // reload's rows-against-counters check stops the SKU.
+    if answer.skus_moved != skus_with_holds.len() as i64 {
+        return Err(BatchError::whole(StoreError::Conflict(format!(
+            "one-statement commit moved {} counter rows for {} SKUs with new holds",
+            answer.skus_moved,
+            skus_with_holds.len()
+        ))));
+    }
     let inserted = columns
         .inserted(answer.returned, |_, _| ())
         .map_err(BatchError::whole)?;
