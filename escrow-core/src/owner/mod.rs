@@ -86,7 +86,9 @@ struct PendingAct {
 }
 
 /// How long parked requests wait before the owner asks the coordinator
-/// again, unless a directive or grant arrives first.
+/// again after a take that failed or fell short, unless a directive or
+/// grant arrives first. After a take that brought everything it asked for
+/// (every batch's take in central mode) the next batch asks at once.
 pub const TAKE_RETRY_MS: u64 = 20;
 
 /// How much of its recent sale rate a region asks for on top of what its
@@ -614,8 +616,13 @@ impl SkuOwner {
             } else {
                 let quantities = quantities(&work);
                 let needed: u64 = work.plan.overflow.iter().map(|&i| quantities[i]).sum();
-                // Buyers wait for units elsewhere: report the demand now.
-                self.sync_due |= work.granted < needed;
+                if work.granted < needed {
+                    // Buyers wait for units elsewhere: report the demand now.
+                    self.sync_due = true;
+                } else {
+                    // Everything asked for came: the next batch may ask at once.
+                    self.next_take_ms = 0;
+                }
             }
             if work.granted > 0 {
                 work.plan = plan_reserves(self.ledger.available + work.granted, &quantities(&work));

@@ -404,3 +404,52 @@ fn directive_during_a_take_applies_with_the_batch() {
     assert!(batch.changes.contains(&StockChange::Mode(Mode::Central)));
     assert_eq!(h.owner.mode(), Mode::Central);
 }
+
+/// Goal: a take that brought every unit it asked for lets the very next
+/// batch take again (central mode takes once per batch); one that fell
+/// short makes the next batch wait [`TAKE_RETRY_MS`] before asking again.
+#[test]
+fn only_a_take_that_fell_short_makes_the_next_one_wait() {
+    let mut h = Harness::new(0, 1);
+    let first = h.reserve(1, 1, 1);
+    let first_ticket = h.next_ticket;
+    h.batch(vec![first]);
+    assert!(matches!(
+        h.answers.get(&first_ticket),
+        Some(Reply::Reserve(ReserveReply::Held(_)))
+    ));
+
+    h.pool = 1;
+    h.total += 1;
+    h.now_ms += 1;
+    let second = h.reserve(2, 2, 1);
+    let second_ticket = h.next_ticket;
+    h.batch(vec![second]);
+    assert!(
+        matches!(
+            h.answers.get(&second_ticket),
+            Some(Reply::Reserve(ReserveReply::Held(_)))
+        ),
+        "the next batch took at once: {:?}",
+        h.answers.get(&second_ticket)
+    );
+
+    // Two units wanted, one free in the pool and one in transit elsewhere:
+    // the take falls short and the buyer left over waits.
+    h.pool = 1;
+    h.in_transit.insert("elsewhere".into(), 1);
+    h.total += 2;
+    h.now_ms += 1;
+    let (third, fourth) = (h.reserve(3, 3, 1), h.reserve(4, 4, 1));
+    let fourth_ticket = h.next_ticket;
+    h.batch(vec![third, fourth]);
+    assert!(!h.answers.contains_key(&fourth_ticket), "parked");
+    h.now_ms += 1;
+    h.owner.handle_timeout(h.now_ms);
+    assert!(
+        h.owner
+            .poll_io()
+            .is_none_or(|io| !matches!(io, Io::Take(_))),
+        "no take within TAKE_RETRY_MS of one that fell short"
+    );
+}
