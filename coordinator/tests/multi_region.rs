@@ -240,7 +240,7 @@ async fn expired_central_holds_sell_again_elsewhere(db: TestDb) {
     )
     .await;
     // Central mode: the regions give their free quota back to the pool
-    // once it has sat unused for the grace period.
+    // at their first batch without buyers of their own.
     eventually(
         "all free units are in the pool",
         Duration::from_secs(20),

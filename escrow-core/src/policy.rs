@@ -552,8 +552,8 @@ pub fn decide_take(
     }
 }
 
-/// How long a central-mode region keeps freed units for its own buyers
-/// before it gives them back to the pool.
+/// How long a central-mode region keeps units a release or an expiry freed
+/// for its own buyers before it gives them back to the pool.
 pub const CENTRAL_RETURN_GRACE_MS: u64 = 1_000;
 
 /// Units a region gives back to the pool after a batch, given `free`
@@ -561,21 +561,23 @@ pub const CENTRAL_RETURN_GRACE_MS: u64 = 1_000;
 ///
 /// In escrow mode: what the coordinator recalled (`return_until` is
 /// cumulative, so a repeated directive never returns twice). In central
-/// mode: every free unit, but only once units have been free here for
-/// [`CENTRAL_RETURN_GRACE_MS`] (`free_for_ms`) and the region's own buyers
-/// are not asking (`local_demand`): freed units (releases, expiries) first
-/// sell where they are, as in escrow mode, instead of travelling to the pool
-/// and back while every region's cached sold-out flag still says no.
+/// mode: every free unit once the region's own buyers are not asking
+/// (`local_demand`) and no release or expiry freed units here within
+/// [`CENTRAL_RETURN_GRACE_MS`] (`freed_ms_ago`): freed units first sell
+/// where they are, as in escrow mode, instead of travelling to the pool
+/// and back while every region's cached sold-out flag still says no. Units
+/// left over from the region's quota when the SKU merged go as soon as its
+/// buyers stop asking: buyers elsewhere may be waiting for them.
 pub fn units_to_return(
     mode: Mode,
     free: u64,
     return_until: Option<u64>,
     returned: u64,
     local_demand: bool,
-    free_for_ms: u64,
+    freed_ms_ago: u64,
 ) -> u64 {
     let wanted = match mode {
-        Mode::Central if local_demand || free_for_ms < CENTRAL_RETURN_GRACE_MS => 0,
+        Mode::Central if local_demand || freed_ms_ago < CENTRAL_RETURN_GRACE_MS => 0,
         Mode::Central => free,
         Mode::Escrow => return_until.map_or(0, |until| until.saturating_sub(returned)),
     };

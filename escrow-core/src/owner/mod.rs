@@ -197,8 +197,8 @@ pub struct SkuOwner {
     rate_per_s: f64,
     /// The coordinator should hear from this region now: see [`Self::take_sync_due`].
     sync_due: bool,
-    /// Since when this region has had free units.
-    free_since_ms: Option<u64>,
+    /// When a release or an expiry last freed units here.
+    freed_at_ms: Option<u64>,
     /// The SKU's HELD reservations, by key, as committed: actions decide
     /// on them without reading the database.
     holds: HashMap<RequestKey, Reservation>,
@@ -242,7 +242,7 @@ impl SkuOwner {
             rate: RateMeter::new(now_ms, RATE_HALF_LIFE_MS),
             rate_per_s: 0.0,
             sync_due: false,
-            free_since_ms: None,
+            freed_at_ms: None,
             holds: HashMap::new(),
             expiry: BTreeSet::new(),
             decided_ms: 0,
@@ -883,16 +883,16 @@ impl SkuOwner {
             // Units this batch's own buyers could not get are not given
             // away under them: while there is overflow, nothing is spare.
             let spare = if work.overflow.is_empty() { free } else { 0 };
-            let free_for_ms = self
-                .free_since_ms
-                .map_or(0, |since| now_ms.saturating_sub(since));
+            let freed_ms_ago = self
+                .freed_at_ms
+                .map_or(u64::MAX, |at| now_ms.saturating_sub(at));
             let units = units_to_return(
                 self.mode,
                 spare,
                 self.return_until,
                 self.ledger.returned,
                 local_demand,
-                free_for_ms,
+                freed_ms_ago,
             );
             if units > 0 {
                 let id = self.next_transfer_id("r");
@@ -973,12 +973,10 @@ impl SkuOwner {
             let moved = change.apply_to_ledger(&mut self.ledger, *qty);
             self.check(moved);
             self.settle(key, *change);
+            if matches!(change, Transition::Release | Transition::Expire) {
+                self.freed_at_ms = Some(now_ms);
+            }
         }
-        self.free_since_ms = match (self.ledger.available, self.free_since_ms) {
-            (0, _) => None,
-            (_, Some(since)) => Some(since),
-            (_, None) => Some(now_ms),
-        };
 
         for (a, result) in std::mem::take(&mut work.acts)
             .into_iter()

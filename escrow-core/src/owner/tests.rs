@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::book::Book;
 use crate::ids::{Qty, UserId};
+use crate::policy::CENTRAL_RETURN_GRACE_MS;
 use crate::reservation::Status;
 
 const START_MS: u64 = 1_000_000;
@@ -452,4 +453,53 @@ fn only_a_take_that_fell_short_makes_the_next_one_wait() {
             .is_none_or(|io| !matches!(io, Io::Take(_))),
         "no take within TAKE_RETRY_MS of one that fell short"
     );
+}
+
+/// Goal: in central mode a region gives its leftover quota back at its
+/// first batch without buyers, but keeps units a release freed for its own
+/// buyers until `CENTRAL_RETURN_GRACE_MS` has passed.
+#[test]
+fn central_mode_returns_leftovers_at_once_and_freed_units_after_the_grace() {
+    let mut h = Harness::new(5, 0);
+    let hold = h.reserve(1, 1, 1);
+    h.batch(vec![hold]);
+    let central = SkuDirective {
+        tenant: "t".into(),
+        sku: "sku".into(),
+        mode: Mode::Central,
+        paused: false,
+        max_per_user: 2,
+        hold_ttl_ms: 5_000,
+        return_until: 0,
+        sold_out: false,
+    };
+    h.owner.handle_directive(&central, Vec::new());
+    h.now_ms += 1;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert_eq!(
+        h.owner.ledger().available,
+        0,
+        "the 4 left over are in the pool"
+    );
+    assert_eq!(h.pool, 4);
+
+    h.now_ms += 1;
+    let release = h.act(1, Action::Release);
+    h.batch(vec![release]);
+    assert_eq!(h.owner.ledger().available, 1);
+    h.now_ms += CENTRAL_RETURN_GRACE_MS - 1;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert_eq!(
+        h.owner.ledger().available,
+        1,
+        "a freed unit waits out the grace"
+    );
+    h.now_ms += 1;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert_eq!(h.owner.ledger().available, 0);
+    assert_eq!(h.pool, 5);
+    assert_eq!(h.owner.ledger(), h.book.ledger);
 }
