@@ -22,18 +22,6 @@ coordinator_tests!(
     a_take_with_counters_at_their_limit_is_answered,
 );
 
-/// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
-async fn region_call(coord: &Coord, region: &str, call: &str, body: Value) -> (StatusCode, Value) {
-    let r = client()
-        .post(format!("{}/v1/regions/{region}/{call}", coord.url))
-        .bearer_auth(region_token(region))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status(), r.json().await.unwrap())
-}
-
 /// A sync from eu at (`epoch`, `seq`) reporting `available` units of `drop`.
 fn sync_body(epoch: i64, seq: u64, available: u64) -> Value {
     json!({"epoch": epoch, "seq": seq, "rtt_ms": 0, "acks": [], "returns": [], "skus": [

@@ -19,18 +19,6 @@ postgres_only!(
     a_sync_never_holds_a_lock_across_skus,
 );
 
-/// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
-async fn region_call(coord: &Coord, region: &str, call: &str, body: Value) -> (StatusCode, Value) {
-    let r = client()
-        .post(format!("{}/v1/regions/{region}/{call}", coord.url))
-        .bearer_auth(region_token(region))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status(), r.json().await.unwrap())
-}
-
 /// A sync at (1, `seq`) reporting `available` units of each SKU named.
 fn sync_body(seq: u64, full: bool, reports: &[(&str, u64)], acks: Vec<Value>) -> Value {
     let skus: Vec<Value> = reports

@@ -48,6 +48,23 @@ pub fn region_token(region: &str) -> String {
     format!("token-{region}")
 }
 
+/// Sends `body` to `region`'s `call` (`sync`, `take`) with that region's token.
+pub async fn region_call(
+    coord: &Coord,
+    region: &str,
+    call: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let r = client()
+        .post(format!("{}/v1/regions/{region}/{call}", coord.url))
+        .bearer_auth(region_token(region))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
 /// A fresh database with the region agent's schema, on the backend of the
 /// coordinator's `db`.
 pub async fn agent_db(db: &TestDb, region: &str) -> TestDb {

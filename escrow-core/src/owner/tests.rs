@@ -218,17 +218,8 @@ impl Harness {
                 units: *units,
             })
             .collect();
-        let directive = SkuDirective {
-            tenant: "t".into(),
-            sku: "sku".into(),
-            mode: Mode::Escrow,
-            paused: false,
-            max_per_user: 2,
-            hold_ttl_ms: 5_000,
-            return_until,
-            sold_out: false,
-        };
-        self.owner.handle_directive(&directive, grants);
+        self.owner
+            .handle_directive(&directive(Mode::Escrow, return_until), grants);
     }
 
     fn check(&self) -> Result<(), TestCaseError> {
@@ -246,6 +237,21 @@ impl Harness {
             "no unit created or lost"
         );
         Ok(())
+    }
+}
+
+/// The coordinator's directive for the test SKU: `mode` and `return_until`,
+/// the harness's settings, not paused, not sold out.
+fn directive(mode: Mode, return_until: u64) -> SkuDirective {
+    SkuDirective {
+        tenant: "t".into(),
+        sku: "sku".into(),
+        mode,
+        paused: false,
+        max_per_user: 2,
+        hold_ttl_ms: 5_000,
+        return_until,
+        sold_out: false,
     }
 }
 
@@ -387,17 +393,8 @@ fn directive_during_a_take_applies_with_the_batch() {
     let Some(Io::Take(_)) = h.owner.poll_io() else {
         panic!("three buyers for one unit ask the coordinator");
     };
-    let d = SkuDirective {
-        tenant: "t".into(),
-        sku: "sku".into(),
-        mode: Mode::Central,
-        paused: false,
-        max_per_user: 2,
-        hold_ttl_ms: 5_000,
-        return_until: 0,
-        sold_out: false,
-    };
-    h.owner.handle_directive(&d, Vec::new());
+    h.owner
+        .handle_directive(&directive(Mode::Central, 0), Vec::new());
     h.owner.handle_take_answer(None);
     let Some(Io::Commit(batch)) = h.owner.poll_io() else {
         panic!("the batch commits");
@@ -447,12 +444,12 @@ fn only_a_take_that_fell_short_makes_the_next_one_wait() {
     assert!(!h.answers.contains_key(&fourth_ticket), "parked");
     h.now_ms += 1;
     h.owner.handle_timeout(h.now_ms);
-    assert!(
-        h.owner
-            .poll_io()
-            .is_none_or(|io| !matches!(io, Io::Take(_))),
-        "no take within TAKE_RETRY_MS of one that fell short"
+    assert_eq!(
+        h.owner.poll_io(),
+        None,
+        "no take within TAKE_RETRY_MS of one that fell short, and nothing to write"
     );
+    h.check().unwrap();
 }
 
 /// Goal: in central mode a region gives its leftover quota back at its
@@ -463,17 +460,8 @@ fn central_mode_returns_leftovers_at_once_and_freed_units_after_the_grace() {
     let mut h = Harness::new(5, 0);
     let hold = h.reserve(1, 1, 1);
     h.batch(vec![hold]);
-    let central = SkuDirective {
-        tenant: "t".into(),
-        sku: "sku".into(),
-        mode: Mode::Central,
-        paused: false,
-        max_per_user: 2,
-        hold_ttl_ms: 5_000,
-        return_until: 0,
-        sold_out: false,
-    };
-    h.owner.handle_directive(&central, Vec::new());
+    h.owner
+        .handle_directive(&directive(Mode::Central, 0), Vec::new());
     h.now_ms += 1;
     h.owner.handle_timeout(h.now_ms);
     h.drive();
@@ -501,5 +489,5 @@ fn central_mode_returns_leftovers_at_once_and_freed_units_after_the_grace() {
     h.drive();
     assert_eq!(h.owner.ledger().available, 0);
     assert_eq!(h.pool, 5);
-    assert_eq!(h.owner.ledger(), h.book.ledger);
+    h.check().unwrap();
 }
