@@ -16,7 +16,10 @@ use bench::process::{Binaries, CLUSTER_PACKAGES, HOT_PATH_PACKAGES};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
 use bench::tail::cluster::{ClusterFlags, Logs, Storage};
-use bench::tail::shape::{default_skew, parse_skew, scenario_sale, Sale, Shape, PRESETS};
+use bench::tail::link::parse_distances;
+use bench::tail::shape::{
+    default_skew, parse_skew, scenario_sale, Sale, Shape, DISTANCE_PRESETS, PRESETS,
+};
 use bench::tail::TailSettings;
 use clap::{Parser, Subcommand};
 
@@ -136,10 +139,21 @@ struct CapacityArgs {
 /// `bench tail`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 struct TailArgs {
-    /// A preset (skewed-701, spread-700, five-10k, skewed-20x) or `all`;
-    /// the flags below change a preset's values.
+    /// A preset (skewed-701, spread-700, five-10k, skewed-20x on
+    /// loopback; dist-spread, dist-spread-fit, dist-skewed,
+    /// dist-skewed-fit, dist-five, dist-burst at a distance), `all` (the
+    /// loopback ones) or `distance` (the distance ones); the flags below
+    /// change a preset's values.
     #[arg(long)]
     shape: Option<String>,
+    /// Round trip between each region and the coordinator, e.g.
+    /// eu=20,us=80,ap=230 (ms): a user-space delay on every agent-coordinator
+    /// connection. Overrides the shape's or the scenario's `rtt_ms`.
+    #[arg(long, value_parser = parse_distances)]
+    rtt: Option<bench::tail::link::Distances>,
+    /// Stock weight per region, e.g. 5,3,2 (default: the preset's, or 1 each).
+    #[arg(long, value_delimiter = ',')]
+    weights: Option<Vec<u32>>,
     /// Regions, 1..=5, named eu, us, ap, sa, af in that order (default 3).
     #[arg(long)]
     regions: Option<usize>,
@@ -160,9 +174,10 @@ struct TailArgs {
     /// Most reserve requests in flight at once, over all buyers.
     #[arg(long, default_value_t = 600)]
     in_flight: usize,
-    /// Every buyer arrives within this window, evenly spaced, ms.
-    #[arg(long, default_value_t = 500)]
-    window_ms: u64,
+    /// Every buyer arrives within this window, evenly spaced, ms (default:
+    /// the preset's, 500 on loopback).
+    #[arg(long)]
+    window_ms: Option<u64>,
     /// A buyer stops retrying 503s this long after its first request, s.
     #[arg(long, default_value_t = 60.0)]
     retry_for_s: f64,
@@ -307,6 +322,11 @@ fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
             .filter(|p| p.in_all)
             .map(|p| Shape::preset(p.name))
             .collect::<anyhow::Result<Vec<_>>>()?,
+        Some("distance") => DISTANCE_PRESETS
+            .iter()
+            .filter(|p| p.in_all)
+            .map(|p| Shape::preset(p.name))
+            .collect::<anyhow::Result<Vec<_>>>()?,
         Some(name) => vec![Shape::preset(name)?],
         None => {
             let mut shape = Shape::preset(PRESETS[0].name)?;
@@ -340,7 +360,12 @@ fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
         if let Some(buyers) = args.buyers {
             shape.buyers = buyers;
         }
-        shape.window = Duration::from_millis(args.window_ms);
+        if let Some(weights) = &args.weights {
+            shape.weights = weights.clone();
+        }
+        if let Some(ms) = args.window_ms {
+            shape.window = Duration::from_millis(ms);
+        }
         shape.retrying_max = Duration::from_secs_f64(args.retry_for_s);
         shape.seed = args.seed;
     }
@@ -422,6 +447,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
                 .or(agent.as_ref().map(|a| a.wait_timeout_ms)),
             db_pool_size: args.db_pool_size,
         },
+        distances: args.rtt.clone().unwrap_or_default(),
     };
     let facts = bench::database::server_facts(&cli.database_url).await?;
     let machine = Machine::detect(facts);

@@ -50,6 +50,7 @@ fn settings(binaries: Binaries, storage: Storage) -> TailSettings {
             wait_timeout_ms: None,
             db_pool_size: 4,
         },
+        distances: Default::default(),
     }
 }
 

@@ -5,9 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bench::tail::cluster::{Backend, Storage};
-use bench::tail::shape::{parse_skew, Arrivals, Sale, Shape, BUYERS_MAX};
+use bench::tail::link::{parse_distances, Distances};
+use bench::tail::shape::{parse_skew, Arrivals, Sale, Shape, BUYERS_MAX, REGION_NAMES};
 use clap::Parser;
 
+/// The demo's regions: the first this many of [`REGION_NAMES`] (eu, us,
+/// ap), in the sale's order.
+pub const REGIONS: usize = 3;
 /// Units on sale when `--units` is not given.
 pub const UNITS_DEFAULT: u64 = 2_000;
 /// Most units `--units` accepts (the live view and the crowd stay small).
@@ -49,6 +53,12 @@ pub struct Config {
     /// Buyers keep arriving for this long: a hot start, then a long tail.
     #[arg(long, env = "DEMO_SECONDS", default_value_t = 20.0, value_parser = parse_seconds)]
     pub seconds: f64,
+    /// Round trip between a region's agent and the coordinator, ms, as
+    /// eu=20,us=80,ap=230: every call between them goes through a link
+    /// that holds each direction for half of it. A region not named talks
+    /// over loopback.
+    #[arg(long, env = "DEMO_RTT", value_name = "REGION=MS,...", value_parser = parse_rtt)]
+    pub rtt: Option<Distances>,
     /// After the summary, leave the cluster up (for escrowctl and curl)
     /// until Ctrl-C.
     #[arg(long)]
@@ -82,10 +92,23 @@ pub struct Skew(pub Vec<f64>);
 
 fn parse_three_shares(text: &str) -> Result<Skew, String> {
     let skew = parse_skew(text)?;
-    if skew.len() != 3 {
+    if skew.len() != REGIONS {
         return Err("three shares, for eu, us and ap".into());
     }
     Ok(Skew(skew))
+}
+
+/// `eu=20,us=80,ap=230`, naming only the demo's regions.
+fn parse_rtt(text: &str) -> Result<Distances, String> {
+    let distances = parse_distances(text)?;
+    let regions = &REGION_NAMES[..REGIONS];
+    if let Some(name) = distances.keys().find(|n| !regions.contains(&n.as_str())) {
+        return Err(format!(
+            "{name:?} is not one of the demo's regions ({})",
+            regions.join(", ")
+        ));
+    }
+    Ok(distances)
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -102,6 +125,12 @@ impl Config {
         self.buyers.unwrap_or_else(|| {
             ((self.units as f64 * BUYERS_PER_UNIT_DEFAULT).round() as u64).max(1)
         })
+    }
+
+    /// Each region's round trip to the coordinator, by `--rtt`; empty
+    /// (every region on loopback) without it.
+    pub fn distances(&self) -> Distances {
+        self.rtt.clone().unwrap_or_default()
     }
 
     /// The sale: three regions of equal weight, demand by `--skew`, a hot
@@ -122,6 +151,8 @@ impl Config {
             checkout: Some(CHECKOUT),
             retrying_max: RETRYING_MAX,
             seed: 1,
+            weights: Vec::new(),
+            rtt_ms: Vec::new(),
         };
         shape.sale()
     }
@@ -176,5 +207,32 @@ mod tests {
         let storage = Config::parse_from(["demo", "--postgres", url]).storage(dir);
         assert_eq!(storage.agents, Backend::Postgres(url.into()));
         assert!(Config::try_parse_from(["demo", "--skew", "1,2"]).is_err());
+    }
+
+    /// Goal: without `--rtt` every region is on loopback; with it, the
+    /// named regions get their round trips, and a region the demo does not
+    /// have, or a malformed pair, is refused.
+    #[test]
+    fn round_trips() {
+        assert!(Config::parse_from(["demo"]).distances().is_empty());
+        let config = Config::parse_from(["demo", "--rtt", "eu=20,us=80,ap=230"]);
+        let distances = config.distances();
+        assert_eq!(distances.len(), 3);
+        assert_eq!(
+            (distances["eu"], distances["us"], distances["ap"]),
+            (20, 80, 230)
+        );
+        assert_eq!(
+            Config::parse_from(["demo", "--rtt", "ap=230"])
+                .distances()
+                .len(),
+            1
+        );
+        for bad in ["sa=100", "eu=20,mars=900", "eu", "eu=fast", "eu=1,eu=2"] {
+            assert!(
+                Config::try_parse_from(["demo", "--rtt", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -6,10 +6,12 @@
 //! it after `Retry-After`), the sampler of the coordinator's view and the
 //! analysis. Every process runs on a SQLite file in a fresh run directory
 //! (or on PostgreSQL, by flag) and logs there; the directory is kept.
+//! With `--rtt`, each named agent reaches the coordinator through a link
+//! that delays every call by its round trip (bench's delay link).
 //! While the crowd buys, a live view (a terminal) or plain lines (anything
-//! else) show each region's stock and answers, the coordinator's pool and
-//! mode, and the audit; then a summary with the checks and the commands to
-//! look further.
+//! else) show each region's stock, answers and hold wait, the
+//! coordinator's pool and mode, and the audit; then a summary with the
+//! checks and the commands to look further.
 //!
 //! - [`config`]: the flags, the sale and the storage they describe.
 //! - [`live`]: what the view shows at one moment, from its sources.
@@ -33,6 +35,7 @@ use anyhow::Context;
 use bench::process::Binaries;
 use bench::tail::buyers::{self, Progress};
 use bench::tail::cluster::{process_name, Cluster, ClusterFlags, Logs};
+use bench::tail::link::Distances;
 use bench::tail::shape::Sale;
 use bench::tail::{close_sale, crowd, open_sale, TailRun, TailSettings};
 use tokio::sync::watch;
@@ -79,6 +82,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         binaries: binaries.clone(),
         in_flight: IN_FLIGHT,
         cluster: CLUSTER_FLAGS,
+        distances: config.distances(),
     };
     println!("demo: run directory {}", run_dir.display());
     println!(
@@ -88,6 +92,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         run_dir.display(),
         process_name(None)
     );
+    if !settings.distances.is_empty() {
+        println!(
+            "demo: round trips between the agents and the coordinator (a delay link each): {}",
+            round_trips(&regions, &settings.distances)
+        );
+    }
     let tag = postgres_tag(&run_dir);
     let cluster = Cluster::start(&settings, &config.policy, &regions, &tag)
         .await
@@ -162,7 +172,7 @@ impl Demo<'_> {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
         let open = open_sale(self.cluster, self.sale).await?;
-        let progress = Arc::new(Progress::new(self.sale.regions.len()));
+        let progress = Arc::new(Progress::new(self.cluster.rtt_ms()));
         let crowd = crowd(self.settings, self.cluster, Some(progress.clone()));
         let run_id = crowd.run_id.clone();
         let mut live = Live::start(
@@ -286,6 +296,19 @@ fn watch_signals(stop: watch::Sender<bool>) -> anyhow::Result<()> {
         }
     });
     Ok(())
+}
+
+/// `eu 20 ms, us 80 ms, ap loopback`: each region's round trip to the
+/// coordinator under `distances`, in `regions`' order.
+fn round_trips(regions: &[String], distances: &Distances) -> String {
+    let each: Vec<String> = regions
+        .iter()
+        .map(|name| match distances.get(name) {
+            Some(&ms) if ms > 0 => format!("{name} {ms} ms"),
+            _ => format!("{name} loopback"),
+        })
+        .collect();
+    each.join(", ")
 }
 
 /// Makes `<runs_dir>/<YYYYMMDD-HHMMSS>` (with `-2`, `-3`, ... if taken),

@@ -1,5 +1,6 @@
 //! What the live view shows at one moment, gathered from three sources:
-//! the crowd's answers as they come (the buyers' [`Progress`]), the
+//! the crowd's answers and hold waits as they come (the buyers'
+//! [`Progress`]), the
 //! coordinator's view of the SKU (the sampler's latest: pool, units in
 //! transit, mode, and each region as of its last report), and the
 //! coordinator's audit, polled every [`AUDIT_INTERVAL`].
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench::outcome::{Outcome, Tally};
+use bench::report::thousands;
 use bench::tail::buyers::{Progress, RegionProgress};
 use bench::tail::cluster::{audit, Audit};
 use bench::tail::sampler::SkuView;
@@ -60,7 +62,8 @@ pub struct RegionLine {
     pub sold: i64,
     /// Units held per second over the last [`RATE_WINDOW`], by the buyers' answers.
     pub rate_per_s: f64,
-    /// Its buyers' answers so far.
+    /// Its buyers' answers so far, its round trip to the coordinator,
+    /// and how long its holds took.
     pub buyers: RegionProgress,
 }
 
@@ -69,6 +72,35 @@ impl RegionLine {
     pub fn other_answers(&self) -> u64 {
         other_answers(&self.buyers.answers)
     }
+
+    /// Its round trip to the coordinator, ms (0: loopback).
+    pub fn rtt_ms(&self) -> u64 {
+        self.buyers.rtt_ms
+    }
+
+    /// The p50 and p99 of its buyers' waits from their first send to
+    /// their HELD so far, µs; `None` before the first hold.
+    pub fn hold_wait_us(&self) -> Option<[u64; 2]> {
+        let p50 = self.buyers.hold_wait_at_us(0.5)?;
+        let p99 = self.buyers.hold_wait_at_us(0.99)?;
+        Some([p50, p99])
+    }
+}
+
+/// A wait of `us` µs in ms: to a tenth below 10 ms (`3.1 ms`), whole
+/// above (`1,250 ms`).
+pub fn ms(us: u64) -> String {
+    let ms = us as f64 / 1_000.0;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{} ms", thousands(ms))
+    }
+}
+
+/// A share as a whole percent: `97%`.
+pub fn percent(share: f64) -> String {
+    format!("{:.0}%", 100.0 * share)
 }
 
 /// Answers to reserves that are neither HELD, SOLD_OUT nor PAUSED.
@@ -238,5 +270,58 @@ impl Live {
 impl Drop for Live {
     fn drop(&mut self) {
         self.audit_task.abort();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+    use super::*;
+
+    /// A moment of a sale in two regions: eu 80 ms from the coordinator
+    /// with three holds (10, 20 and 100 ms; two faster than the round
+    /// trip), us on loopback without holds yet.
+    pub(crate) fn example() -> Snapshot {
+        let mut eu = RegionProgress::new(80);
+        for wait_us in [10_000, 20_000, 100_000] {
+            eu.hold_wait_us.record(wait_us).unwrap();
+        }
+        eu.holds_under_rtt = 2;
+        let line = |name: &str, buyers: RegionProgress| RegionLine {
+            name: name.into(),
+            share_percent: 50.0,
+            available: 10,
+            held: 3,
+            sold: 0,
+            rate_per_s: 3.0,
+            buyers,
+        };
+        Snapshot {
+            elapsed: Duration::from_secs(1),
+            stage: Stage::Selling,
+            policy: "tail-merge".into(),
+            units: 20,
+            buyers: 30,
+            view: None,
+            audit: None,
+            regions: vec![line("eu", eu), line("us", RegionProgress::new(0))],
+        }
+    }
+
+    /// Goal: a region's hold waits read as p50 and p99 within the
+    /// histogram's 1%, none before the first hold, and waits print in ms.
+    #[test]
+    fn hold_waits_so_far() {
+        let snapshot = example();
+        let [p50, p99] = snapshot.regions[0].hold_wait_us().unwrap();
+        assert!((20_000..=20_200).contains(&p50), "{p50}");
+        assert!((100_000..=101_000).contains(&p99), "{p99}");
+        assert_eq!(snapshot.regions[1].hold_wait_us(), None);
+        assert_eq!(
+            (ms(1_234), ms(25_400), ms(1_250_000)),
+            ("1.2 ms".into(), "25 ms".into(), "1,250 ms".into())
+        );
+        assert_eq!(percent(2.0 / 3.0), "67%");
     }
 }

@@ -3,12 +3,15 @@
 //! screen above the summary.
 //!
 //! Per region: available, held and sold as bars (each out of the SKU's
-//! total, so the regions compare at a glance), the sale rate, and the
-//! answers its buyers got; above them the coordinator's pool, units in
+//! total, so the regions compare at a glance), the sale rate, the answers
+//! its buyers got, and under it its round trip to the coordinator and how
+//! long its holds took so far (p50, p99, and the share faster than the
+//! round trip, which cannot have waited for the coordinator); above them the coordinator's pool, units in
 //! transit, mode, and the audit's drift. The terminal is in raw mode while
 //! the view is open, so Ctrl-C arrives as a key: [`term_view::Screen`]'s
 //! thread reads the keys and asks the demo to stop on `q`, Esc or Ctrl-C.
 
+use std::fmt::Write as _;
 use std::io;
 
 use bench::outcome::Outcome;
@@ -21,7 +24,7 @@ use ratatui::{Frame, Viewport};
 use term_view::RegionBars;
 use tokio::sync::watch;
 
-use crate::live::{RegionLine, Snapshot};
+use crate::live::{ms, percent, RegionLine, Snapshot};
 
 /// Rows of the header block (two lines and its borders).
 const HEADER_ROWS: u16 = 4;
@@ -153,6 +156,26 @@ fn total(s: &Snapshot) -> Gauge<'static> {
         ))
 }
 
+/// The line under a region: its round trip and its holds' waits so far.
+fn hold_wait(r: &RegionLine) -> Line<'static> {
+    let mut text = if r.rtt_ms() > 0 {
+        format!(" rtt {} ms   ", r.rtt_ms())
+    } else {
+        " loopback   ".to_owned()
+    };
+    match r.hold_wait_us() {
+        Some([p50, p99]) => {
+            let _ = write!(text, "hold wait p50 {}  p99 {}", ms(p50), ms(p99));
+            if let Some(under) = r.buyers.under_rtt_share() {
+                let _ = write!(text, "   {} faster than the rtt", percent(under));
+            }
+        }
+        None => text.push_str("no holds yet"),
+    }
+    text.push(' ');
+    Line::from(text)
+}
+
 fn draw_region(frame: &mut Frame, r: &RegionLine, units: u64, area: Rect) {
     let title = Line::from(vec![
         Span::styled(
@@ -165,7 +188,7 @@ fn draw_region(frame: &mut Frame, r: &RegionLine, units: u64, area: Rect) {
             thousands(r.rate_per_s.round())
         )),
     ]);
-    let block = Block::bordered().title(title);
+    let block = Block::bordered().title(title).title_bottom(hold_wait(r));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let [bars, answers] =
@@ -199,4 +222,38 @@ fn draw_region(frame: &mut Frame, r: &RegionLine, units: u64, area: Rect) {
         )),
     ];
     frame.render_widget(Paragraph::new(lines), answers);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::*;
+
+    /// Goal: under each region's bars the view names its round trip (or
+    /// loopback) and its hold waits so far.
+    #[test]
+    fn regions_show_round_trip_and_hold_waits() {
+        let snapshot = crate::live::tests::example();
+        let mut terminal = Terminal::new(TestBackend::new(110, height(2))).unwrap();
+        terminal.draw(|frame| draw(frame, &snapshot, "")).unwrap();
+        let buffer = terminal.backend().buffer();
+        let rows: Vec<String> = (0..buffer.area.height)
+            .map(|y| {
+                (0..buffer.area.width)
+                    .map(|x| buffer[(x, y)].symbol())
+                    .collect()
+            })
+            .collect();
+        let shown = |text: &str| rows.iter().filter(|row| row.contains(text)).count();
+        assert_eq!(
+            shown(" rtt 80 ms   hold wait p50 20 ms  p99 100 ms   67% faster than the rtt "),
+            1,
+            "{rows:#?}"
+        );
+        assert_eq!(shown(" loopback   no holds yet "), 1, "{rows:#?}");
+    }
 }

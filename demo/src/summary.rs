@@ -1,5 +1,6 @@
 //! What the demo prints once the sale is over: what sold, how fast, who
-//! was turned away and whether wrongly, the checks (oversold, audit
+//! was turned away and whether wrongly, how long each region's holds took
+//! against its round trip to the coordinator, the checks (oversold, audit
 //! drift), and the commands to look further.
 
 use std::fmt::Write as _;
@@ -13,7 +14,7 @@ use bench::tail::shape::Sale;
 use bench::tail::{TailRun, SKU};
 use bench::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 
-use crate::live::other_answers;
+use crate::live::{ms, other_answers, percent};
 
 /// Where the run's processes and files are, for the commands to look further.
 #[derive(Debug, Clone)]
@@ -169,6 +170,27 @@ pub fn summary(sale: &Sale, run: &TailRun, logs: &[BuyerLog]) -> String {
             v.mode
         ),
     );
+    row(
+        &mut out,
+        "hold wait",
+        "per region, from a buyer's first request to its HELD:".into(),
+    );
+    for region in &s.regions {
+        let distance = if region.rtt_ms > 0 {
+            format!("rtt {} ms", region.rtt_ms)
+        } else {
+            "loopback".to_owned()
+        };
+        let mut text = format!("{distance}, {} holds", thousands(region.holds as f64));
+        if region.holds > 0 {
+            let [p50, p99, _] = region.hold_wait_us.map(|us| u64::try_from(us).unwrap_or(0));
+            let _ = write!(text, ", p50 {}, p99 {}", ms(p50), ms(p99));
+        }
+        if let Some(under) = region.under_rtt_share() {
+            let _ = write!(text, ", {} faster than the rtt", percent(under));
+        }
+        row(&mut out, &format!("  {}", region.name), text);
+    }
     row(&mut out, "oversold", s.oversold.to_string());
     row(&mut out, "audit drift", s.drift_total.to_string());
     out

@@ -1,9 +1,11 @@
 //! The demo as a user runs it, non-interactively: the `demo` binary on a
 //! small sale (200 units, 600 buyers over 3 s) with its default storage,
-//! a SQLite file per process in a fresh run directory. Only its output and
-//! exit status are read, as CI would: every unit sold once, nothing
-//! oversold, the audit without drift, the run directory kept. No
-//! PostgreSQL is needed.
+//! a SQLite file per process in a fresh run directory, eu and us at a
+//! distance from the coordinator (`--rtt`) and ap on loopback. Only its
+//! output and exit status are read, as CI would: every unit sold once,
+//! nothing oversold, the audit without drift, each region's round trip
+//! and holds in the summary, the run directory kept. No PostgreSQL is
+//! needed.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -25,16 +27,29 @@ fn row<'a>(stdout: &'a str, label: &str) -> Option<&'a str> {
     })
 }
 
-/// Goal: a whole demo run on SQLite ends with exit status 0, all 200 units
-/// sold (confirmed) exactly once, oversold 0 and audit drift 0 in the
-/// summary, plain progress lines on a non-terminal stdout, and the run
-/// directory holding every process's database and log.
+/// The number that starts `text` (`1,234 holds`), without its commas.
+fn leading_count(text: &str) -> Option<u64> {
+    let digits: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Goal: a whole demo run on SQLite, two regions at a distance, ends with
+/// exit status 0, all 200 units sold (confirmed) exactly once, oversold 0
+/// and audit drift 0 in the summary, each region's round trip (or
+/// loopback) in the summary with holds that add up to the buyers who held
+/// a unit, plain progress lines with the hold waits on a non-terminal
+/// stdout, and the run directory holding every process's database and log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_sale_sells_every_unit_once_on_sqlite() {
     Binaries::build(&PACKAGES).await.unwrap();
     let runs = std::env::temp_dir().join(format!("demo-test-runs-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_demo"))
         .args(["--units", "200", "--buyers", "600", "--seconds", "3"])
+        .args(["--rtt", "eu=20,us=80"])
         .arg("--runs-dir")
         .arg(&runs)
         .env_remove("DATABASE_URL")
@@ -57,9 +72,26 @@ async fn small_sale_sells_every_unit_once_on_sqlite() {
     assert!(
         stdout
             .lines()
-            .any(|l| l.contains(" selling ") && l.contains(" drift ")),
+            .any(|l| l.contains(" selling ") && l.contains(" drift ") && l.contains(" hold ")),
         "plain progress lines: {context}"
     );
+
+    let mut holds = 0;
+    for (region, distance) in [
+        ("eu", "rtt 20 ms, "),
+        ("us", "rtt 80 ms, "),
+        ("ap", "loopback, "),
+    ] {
+        let line = row(&stdout, region).unwrap_or_default();
+        let Some(rest) = line.strip_prefix(distance) else {
+            panic!("{region}'s round trip: {context}");
+        };
+        assert!(rest.contains(" holds"), "{region}'s holds: {context}");
+        holds += leading_count(rest).unwrap();
+    }
+    let buyers = row(&stdout, "buyers").unwrap_or_default();
+    assert!(buyers.contains(" held a unit"), "{context}");
+    assert_eq!(Some(holds), leading_count(buyers), "{context}");
 
     let run_dir = std::fs::read_dir(&runs)
         .unwrap()

@@ -432,10 +432,23 @@ impl Allocation {
     /// Runs the policy (none while paused) plus the recalls of retired
     /// regions, and carries out the plan.
     pub fn rebalance(&mut self, policy: &dyn Policy, new_id: &mut dyn FnMut() -> String) -> Moves {
+        self.rebalance_as(policy, new_id, false)
+    }
+
+    /// [`Allocation::rebalance`], planned by [`Policy::plan_short`] when
+    /// `short` (a take could not be granted in full).
+    fn rebalance_as(
+        &mut self,
+        policy: &dyn Policy,
+        new_id: &mut dyn FnMut() -> String,
+        short: bool,
+    ) -> Moves {
         self.assert_balanced();
         let state = self.policy_view();
         let mut plan = if self.paused {
             Default::default()
+        } else if short {
+            policy.plan_short(&state)
         } else {
             policy.plan(&state)
         };
@@ -558,7 +571,7 @@ impl Allocation {
             self.transfer(&req.id, decision.granted)
         });
         let moves = if !decision.exhausted && decision.granted < req.units {
-            self.rebalance(policy, new_id)
+            self.rebalance_as(policy, new_id, true)
         } else {
             Moves::default()
         };

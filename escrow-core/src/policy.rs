@@ -113,6 +113,12 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     /// Decides grants, recalls and mode for a SKU after a report.
     fn plan(&self, sku: &SkuState) -> Plan;
 
+    /// Decides for a SKU after a take that came back short while units
+    /// are free elsewhere: a region's buyers are waiting now.
+    fn plan_short(&self, sku: &SkuState) -> Plan {
+        self.plan(sku)
+    }
+
     /// Whether a new SKU starts in central mode.
     fn starts_central(&self) -> bool {
         false
@@ -334,15 +340,36 @@ pub struct TailMergeSettings {
     /// ...or at most what all regions together sell at their recent rates
     /// in this many ms...
     pub merge_horizon_ms: u64,
-    /// ...plus this many round trips of the farthest region: a tail that
-    /// would be gone before units could move sells from one counter, so no
-    /// unit waits in a quiet region while buyers elsewhere want it.
+    /// ...plus this many round trips of the farthest region (0 by
+    /// default: in central mode every sale a region cannot serve from its
+    /// own units pays that region's round trip, so a tail merged by the
+    /// farthest distance makes every region pay it; merged at the last
+    /// few units, each region sells what it has locally to the end and
+    /// only the last units pay their own region's round trip).
     #[serde(default = "default_merge_round_trips")]
     pub merge_round_trips: u64,
+    /// A region keeps at least what its own buyers take during this many
+    /// of its round trips plus [`TailMergeSettings::move_overhead_ms`]
+    /// (about how long units asked back would take to reach buyers
+    /// elsewhere), even where its share of the remainder by demand is less:
+    /// such units sell sooner where they are than anywhere else.
+    #[serde(default = "default_keep_round_trips")]
+    pub keep_round_trips: f64,
+    /// What a move costs besides round trips (batches, commits, a sync), ms.
+    #[serde(default = "default_move_overhead_ms")]
+    pub move_overhead_ms: u64,
 }
 
 fn default_merge_round_trips() -> u64 {
     TailMergeSettings::default().merge_round_trips
+}
+
+fn default_keep_round_trips() -> f64 {
+    TailMergeSettings::default().keep_round_trips
+}
+
+fn default_move_overhead_ms() -> u64 {
+    TailMergeSettings::default().move_overhead_ms
 }
 
 impl Default for TailMergeSettings {
@@ -352,16 +379,22 @@ impl Default for TailMergeSettings {
             merge_units: 20,
             merge_fraction: 0.02,
             merge_horizon_ms: 0,
-            merge_round_trips: 3,
+            merge_round_trips: 0,
+            keep_round_trips: 1.0,
+            move_overhead_ms: 50,
         }
     }
 }
 
-/// Our policy: refill on low water; as soon as the pool is empty and a
-/// region is short, recall every region's free units beyond its share of
-/// the remainder by demand (so units follow demand in one move, not a
-/// trickle); and merge the tail into central mode once what is left would
-/// sell within a few round trips.
+/// Our policy. Units follow each region's measured demand ahead of need:
+/// a region below its low-water mark (what it sells while a refill
+/// travels its own round trip) is refilled from the pool, shared by what
+/// each short region lacks; when the pool cannot cover them, regions with
+/// known demand give back what they hold beyond their share of the
+/// remainder by demand plus what they sell during a move. The
+/// last few units merge into central mode, where a region still sells
+/// its own units locally while its buyers ask and only a region without
+/// any pays its own round trip (see docs/protocol.md, "Distance").
 #[derive(Debug, Clone, Default)]
 pub struct TailMerge {
     /// Settings.
@@ -381,6 +414,96 @@ impl TailMerge {
             .max((sku.total as f64 * self.settings.merge_fraction).ceil() as u64)
             .max(horizon)
     }
+
+    /// What region `r` sells while units move to or from it.
+    fn cushion(&self, r: &RegionState) -> u64 {
+        let move_ms = self.settings.keep_round_trips * r.rtt_ms as f64
+            + self.settings.move_overhead_ms as f64;
+        (r.sale_rate_per_s * move_ms / 1_000.0).ceil() as u64
+    }
+
+    /// Per region, the most units it should have on hand: its share of
+    /// the remainder by demand plus its cushion, at least `min_units`.
+    fn ceilings(&self, sku: &SkuState) -> Vec<u64> {
+        let min_units = self.settings.refill.min_units;
+        sku.regions
+            .iter()
+            .zip(demand_shares(sku))
+            .map(|(r, share)| {
+                if r.weight == 0 {
+                    0
+                } else {
+                    (share + self.cushion(r)).max(min_units)
+                }
+            })
+            .collect()
+    }
+
+    /// Refills and, when the pool cannot cover the regions that will run
+    /// short, recalls of what regions hold beyond their ceilings.
+    ///
+    /// Unless `short`, a region that has not reported demand while others
+    /// have is planned for as selling at the others' rate per unit of
+    /// weight (its buyers' first report may still be on its way, from
+    /// farther than the others'), and nothing is recalled from it. When
+    /// `short`, a region's buyers are waiting now: what was reported is
+    /// all there is to go by.
+    fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
+        let expected = if short {
+            reported.clone()
+        } else {
+            with_prior_demand(reported)
+        };
+        let sku = &expected;
+        let refill = &self.settings.refill;
+        let ceilings = self.ceilings(sku);
+        // What each region lacks: below its low water, up to its target.
+        let needy: Vec<(usize, u64)> = sku
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.weight > 0 && r.on_hand() < refill.low_water(r))
+            .map(|(i, r)| (i, refill.target(r).saturating_sub(r.on_hand())))
+            .filter(|(_, want)| *want > 0)
+            .collect();
+        let wanted: u64 = needy.iter().map(|(_, want)| want).sum();
+        let units: Vec<u64> = if wanted <= sku.pool {
+            needy.iter().map(|(_, want)| *want).collect()
+        } else {
+            let weights: Vec<u32> = needy
+                .iter()
+                .map(|(_, want)| u32::try_from(*want).unwrap_or(u32::MAX))
+                .collect();
+            split_by_weight(sku.pool, &weights)
+        };
+        let grants: Vec<(usize, u64)> = needy
+            .iter()
+            .zip(&units)
+            .filter(|(_, units)| **units > 0)
+            .map(|((i, _), units)| (*i, *units))
+            .collect();
+        let mut plan = Plan {
+            grants,
+            ..Plan::default()
+        };
+        if wanted > sku.pool || short {
+            plan.recalls = sku
+                .regions
+                .iter()
+                .zip(&ceilings)
+                .enumerate()
+                .filter(|(i, _)| {
+                    !needy.iter().any(|(n, _)| n == i)
+                        && (short || reported.regions[*i].sale_rate_per_s > 0.0)
+                })
+                .filter_map(|(i, (r, ceiling))| {
+                    let free = r.available.saturating_sub(r.recall_pending);
+                    (free > *ceiling).then(|| (i, free - ceiling))
+                })
+                .collect();
+        }
+        plan
+    }
 }
 
 impl Policy for TailMerge {
@@ -394,20 +517,13 @@ impl Policy for TailMerge {
         if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
             return central_plan(sku);
         }
-        let refill = &self.settings.refill;
-        let (grants, pool_left) = refill.refills(sku);
-        let mut plan = Plan {
-            grants,
-            ..Plan::default()
-        };
-        let starved = sku
-            .regions
-            .iter()
-            .any(|r| r.weight > 0 && r.on_hand() < refill.low_water(r));
-        if pool_left == 0 && starved {
-            plan.recalls = rate_weighted_recalls(sku, refill.min_units);
+        self.escrow_plan(sku, false)
+    }
+    fn plan_short(&self, sku: &SkuState) -> Plan {
+        if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
+            return central_plan(sku);
         }
-        plan
+        self.escrow_plan(sku, true)
     }
 }
 
@@ -434,25 +550,28 @@ fn demand_shares(sku: &SkuState) -> Vec<u64> {
     split_by_weight(sku.remainder(), &demand)
 }
 
-/// Recalls that leave each region its share of the remainder in
-/// proportion to its recent sale rate (by weight before any rate is
-/// known; a region keeps at least `min_units`): what the quiet regions hold
-/// beyond their own near-term demand goes where the buyers are.
-pub fn rate_weighted_recalls(sku: &SkuState, min_units: u64) -> Vec<(usize, u64)> {
-    sku.regions
+/// `sku` with every region taking part that reported no demand, while
+/// others did, selling at their rate per unit of weight.
+fn with_prior_demand(sku: &SkuState) -> SkuState {
+    let known = sku
+        .regions
         .iter()
-        .zip(demand_shares(sku))
-        .enumerate()
-        .filter_map(|(i, (r, share))| {
-            let keep = if r.weight == 0 {
-                0
-            } else {
-                share.max(min_units)
-            };
-            let free = r.available.saturating_sub(r.recall_pending);
-            (free > keep).then(|| (i, free - keep))
-        })
-        .collect()
+        .filter(|r| r.weight > 0 && r.sale_rate_per_s > 0.0);
+    let (rate, weight) = known.fold((0.0, 0u64), |(rate, weight), r| {
+        (rate + r.sale_rate_per_s, weight + u64::from(r.weight))
+    });
+    let mut expected = sku.clone();
+    if weight > 0 {
+        let per_weight = rate / weight as f64;
+        for r in expected
+            .regions
+            .iter_mut()
+            .filter(|r| r.weight > 0 && r.sale_rate_per_s <= 0.0)
+        {
+            r.sale_rate_per_s = per_weight * f64::from(r.weight);
+        }
+    }
+    expected
 }
 
 /// Recalls of every free unit from regions whose weight is 0 (removed from
@@ -662,6 +781,59 @@ mod tests {
         let plan = policy.plan(&sku);
         assert!(plan.central);
         assert_eq!(plan.recalls, vec![(0, 4), (1, 6)]);
+    }
+
+    /// Goal: at a distance the merge does not wait on the farthest round
+    /// trip: a region that still has units keeps selling them locally, and
+    /// only what its own buyers will not use during a move is asked back.
+    #[test]
+    fn far_regions_keep_their_tail() {
+        let policy = TailMerge::default();
+        let far = |available, rate, rtt_ms| RegionState {
+            rtt_ms,
+            ..region(1, available, rate)
+        };
+        // 30 units left of 1,000, above the merge threshold of 20.
+        let sku = SkuState {
+            total: 1_000,
+            pool: 0,
+            mode: Mode::Escrow,
+            regions: vec![far(0, 400.0, 20), far(30, 100.0, 230)],
+        };
+        let plan = policy.plan(&sku);
+        assert!(!plan.central);
+        // The far region's share of 30 by demand is 6, and it sells 28 more
+        // during a move (230 ms + 50 ms at 100/s): it keeps all 30.
+        assert!(plan.recalls.is_empty(), "{plan:?}");
+        assert_eq!(policy.threshold(&sku), 20);
+    }
+
+    /// Goal: a region that has not reported any demand yet is not stripped
+    /// by the first region to report (its own buyers may be on their way),
+    /// unless buyers elsewhere are waiting now (a short take); a region
+    /// with known demand keeps its share of the remainder by demand plus
+    /// what it sells during a move.
+    #[test]
+    fn recalls_spare_regions_whose_demand_is_unknown() {
+        let policy = TailMerge::default();
+        let sku = SkuState {
+            total: 1_000,
+            pool: 0,
+            mode: Mode::Escrow,
+            regions: vec![
+                region(1, 10, 300.0),
+                region(1, 400, 0.0),
+                region(1, 400, 100.0),
+            ],
+        };
+        let plan = policy.plan(&sku);
+        // Remainder 810 shared 3:2:1 (the silent region counted at the
+        // others' 200/s per weight): the third region keeps 135, plus 15
+        // it sells during a move (100 ms round trip + 50 ms at 100/s).
+        assert_eq!(plan.recalls, vec![(2, 400 - 135 - 15)]);
+        let short = policy.plan_short(&sku);
+        // Buyers wait: shared 3:0:1 by what was reported, 202 for the third.
+        assert_eq!(short.recalls, vec![(1, 400 - 2), (2, 400 - 202 - 15)]);
     }
 
     /// Goal: a take says exhausted only when no unit is free anywhere.

@@ -178,6 +178,15 @@ impl PolicyChoice {
                 .or_else(|| {
                     (tail.merge_round_trips > ROUND_TRIPS_MAX)
                         .then(|| format!("merge_round_trips must be at most {ROUND_TRIPS_MAX}"))
+                })
+                .or_else(|| {
+                    let k = tail.keep_round_trips;
+                    (!(k.is_finite() && (0.0..=ROUND_TRIPS_MAX as f64).contains(&k)))
+                        .then(|| format!("keep_round_trips must be in 0.0..={ROUND_TRIPS_MAX}"))
+                })
+                .or_else(|| {
+                    (tail.move_overhead_ms > INTERVAL_MS_MAX)
+                        .then(|| format!("move_overhead_ms must be at most {INTERVAL_MS_MAX}"))
                 }),
         };
         why.map_or(Ok(()), |why| Err(ChoiceError::BadValue { policy, why }))

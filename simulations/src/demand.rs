@@ -21,7 +21,8 @@ pub const HUMAN: u8 = u8::MAX;
 /// One buyer and their current attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Buyer {
-    /// When the buyer first arrived (its place in line).
+    /// When the buyer first arrived (its place in line) and sent its first
+    /// reserve request: the start of its hold wait.
     pub arrived_us: u64,
     /// When the current request was sent.
     pub started_us: u64,

@@ -5,6 +5,14 @@
 //! reproducibility test compares every field). Latencies are kept in
 //! HdrHistograms (microseconds, 3 significant digits) and summarised as
 //! p50/p99/p999 plus a percentile curve for plots.
+//!
+//! Two latencies of a hold are kept apart. The HELD answer latency is one
+//! request's, from its send to its answer; a buyer who was told PAUSED and
+//! retried counts only the last request. The hold wait is the buyer's, from
+//! the first send of its reserve request to the HELD, across every retry:
+//! what `bench tail` measures on the real binaries. A hold whose wait is
+//! shorter than the region's round trip to the coordinator was decided
+//! without asking it ("under rtt").
 
 use hdrhistogram::Histogram;
 
@@ -84,12 +92,29 @@ pub struct RegionMetrics {
     pub paused_answers: u64,
     /// Refused before the queue or while the agent was down (queue full, wait timeout, connection refused).
     pub rejected_answers: u64,
-    /// Latency of HELD answers.
+    /// The region's round trip to the coordinator (the scenario's `rtt_ms`).
+    pub rtt_ms: f64,
+    /// Latency of HELD answers, each from its own request's send.
     pub held_latency: LatencySummary,
+    /// Hold wait: from a buyer's first reserve request to its HELD, across retries.
+    pub hold_wait: LatencySummary,
+    /// Holds whose wait was shorter than `rtt_ms`: decided without a round trip.
+    pub holds_under_rtt: u64,
     /// Latency of every answer.
     pub answer_latency: LatencySummary,
     /// Percentile curve of HELD latency: (quantile, µs).
     pub held_latency_curve: Vec<(f64, u64)>,
+}
+
+impl RegionMetrics {
+    /// Share of holds decided without a round trip (`None` without holds).
+    pub fn holds_under_rtt_share(&self) -> Option<f64> {
+        share(self.holds_under_rtt, self.hold_wait.count)
+    }
+}
+
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// Values sampled over the run, at times spaced evenly on a log scale from sale start.
@@ -180,8 +205,12 @@ pub struct Metrics {
     pub messages_per_sale: f64,
     /// Take calls per unit sold.
     pub takes_per_sale: f64,
-    /// Latency of HELD answers, all regions.
+    /// Latency of HELD answers, each from its own request's send, all regions.
     pub held_latency: LatencySummary,
+    /// Hold wait (first reserve request to HELD, across retries), all regions.
+    pub hold_wait: LatencySummary,
+    /// Holds whose wait was shorter than their region's round trip, all regions.
+    pub holds_under_rtt: u64,
     /// Latency of every answer, all regions.
     pub answer_latency: LatencySummary,
     /// Percentile curve of HELD latency, all regions: (quantile, µs).
@@ -196,6 +225,20 @@ pub struct Metrics {
     pub events: u64,
 }
 
+impl Metrics {
+    /// Share of holds, all regions, decided without a round trip (`None` without holds).
+    pub fn holds_under_rtt_share(&self) -> Option<f64> {
+        share(self.holds_under_rtt, self.hold_wait.count)
+    }
+
+    /// Whether the SKU was in central mode before the sale started (the
+    /// `central` policy creates it so); `central_at_ms` is then the moment
+    /// the world began, not a switch.
+    pub fn central_from_start(&self) -> bool {
+        self.central_at_ms.is_some_and(|t| t <= 0.0)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct RegionCounts {
     buyers: u64,
@@ -205,16 +248,20 @@ struct RegionCounts {
     false_sold_outs: u64,
     paused_answers: u64,
     rejected_answers: u64,
+    holds_under_rtt: u64,
 }
 
 /// Collects measurements during a run.
 #[derive(Debug)]
 pub struct Recorder {
     names: Vec<String>,
+    rtt_ms: Vec<f64>,
     counts: Vec<RegionCounts>,
     held_latency: Vec<Histogram<u64>>,
+    hold_wait: Vec<Histogram<u64>>,
     answer_latency: Vec<Histogram<u64>>,
     held_all: Histogram<u64>,
+    hold_wait_all: Histogram<u64>,
     answer_all: Histogram<u64>,
     /// Samples so far.
     pub series: Series,
@@ -223,15 +270,19 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder for regions named `names`.
-    pub fn new(names: Vec<String>) -> Self {
-        let n = names.len();
+    /// A recorder for regions given as (name, round trip to the coordinator in ms).
+    pub fn new(regions: Vec<(String, f64)>) -> Self {
+        let n = regions.len();
+        let (names, rtt_ms) = regions.into_iter().unzip();
         Self {
             counts: vec![RegionCounts::default(); n],
             held_latency: (0..n).map(|_| histogram()).collect(),
+            hold_wait: (0..n).map(|_| histogram()).collect(),
             answer_latency: (0..n).map(|_| histogram()).collect(),
             held_all: histogram(),
+            hold_wait_all: histogram(),
             answer_all: histogram(),
+            rtt_ms,
             series: Series {
                 available: vec![Vec::new(); n],
                 ..Series::default()
@@ -273,6 +324,17 @@ impl Recorder {
         }
     }
 
+    /// A buyer in region `r` got its hold `wait_us` after its first reserve
+    /// request (the same HELD that [`Recorder::answer`] counts per request).
+    pub fn hold_wait(&mut self, r: usize, wait_us: u64) {
+        self.hold_wait[r].saturating_record(wait_us.max(1));
+        self.hold_wait_all.saturating_record(wait_us.max(1));
+        // Strictly faster: a hold that needed a take waited at least one round trip.
+        if (wait_us as f64) < self.rtt_ms[r] * 1_000.0 {
+            self.counts[r].holds_under_rtt += 1;
+        }
+    }
+
     /// A SOLD_OUT answer in region `r` was false.
     pub fn false_sold_out(&mut self, r: usize) {
         self.counts[r].false_sold_outs += 1;
@@ -308,7 +370,10 @@ impl Recorder {
                     false_sold_outs: c.false_sold_outs,
                     paused_answers: c.paused_answers,
                     rejected_answers: c.rejected_answers,
+                    rtt_ms: self.rtt_ms[r],
                     held_latency: LatencySummary::of(&self.held_latency[r]),
+                    hold_wait: LatencySummary::of(&self.hold_wait[r]),
+                    holds_under_rtt: c.holds_under_rtt,
                     answer_latency: LatencySummary::of(&self.answer_latency[r]),
                     held_latency_curve: curve(&self.held_latency[r]),
                 }
@@ -321,6 +386,14 @@ impl Recorder {
         (
             LatencySummary::of(&self.held_all),
             LatencySummary::of(&self.answer_all),
+        )
+    }
+
+    /// Hold wait over all regions, and how many holds were under their region's round trip.
+    pub fn overall_hold_wait(&self) -> (LatencySummary, u64) {
+        (
+            LatencySummary::of(&self.hold_wait_all),
+            self.counts.iter().map(|c| c.holds_under_rtt).sum(),
         )
     }
 
@@ -337,7 +410,7 @@ mod tests {
     /// Goal: answers land in the right counters and percentiles come out of the histogram.
     #[test]
     fn answers_are_counted_and_summarised() {
-        let mut r = Recorder::new(vec!["eu".into()]);
+        let mut r = Recorder::new(vec![("eu".into(), 1.0)]);
         for us in 1..=1000 {
             r.answer(0, Answer::Held, us);
         }
@@ -352,5 +425,24 @@ mod tests {
         assert!((495..=505).contains(&m.held_latency.p50_us));
         assert_eq!(m.answer_latency.count, 1001);
         assert_eq!(r.totals().1, 1000);
+    }
+
+    /// Goal: a hold counts as under rtt only when its wait, first request to
+    /// HELD, is strictly shorter than its own region's round trip.
+    #[test]
+    fn holds_under_rtt_are_counted_per_region() {
+        let mut r = Recorder::new(vec![("eu".into(), 50.0), ("ap".into(), 230.0)]);
+        for wait_us in [3_000, 49_999, 50_000, 1_051_000] {
+            r.hold_wait(0, wait_us);
+        }
+        for wait_us in [60_000, 229_000, 231_000] {
+            r.hold_wait(1, wait_us);
+        }
+        let m = r.regions();
+        assert_eq!((m[0].hold_wait.count, m[0].holds_under_rtt), (4, 2));
+        assert_eq!((m[1].hold_wait.count, m[1].holds_under_rtt), (3, 2));
+        assert_eq!(m[0].holds_under_rtt_share(), Some(0.5));
+        assert_eq!(r.overall_hold_wait().1, 4);
+        assert_eq!(r.overall_hold_wait().0.count, 7);
     }
 }

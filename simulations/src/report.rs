@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use crate::metrics::{LatencySummary, Metrics};
+use crate::metrics::{LatencySummary, Metrics, RegionMetrics};
 use crate::scenario::Scenario;
 use crate::svg::{Axis, Chart, Line};
 
@@ -118,8 +118,26 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
         kv("stranded units", m.stranded_units.to_string()),
         kv("time to sell-out (s)", secs(m.sell_out_ms)),
         kv("last hold (s)", secs(m.last_hold_ms)),
-        kv("central mode from (s)", secs(m.central_at_ms)),
-        kv("held latency p50 / p99 / p999 (ms)", lat(&m.held_latency)),
+        kv(
+            "central mode from (s)",
+            if m.central_from_start() {
+                "central from the start".to_owned()
+            } else {
+                secs(m.central_at_ms)
+            },
+        ),
+        kv("hold wait p50 / p99 / p999 (ms)", lat(&m.hold_wait)),
+        kv(
+            "holds under rtt (no round trip)",
+            percent_of(m.holds_under_rtt, m.hold_wait.count).map_or_else(
+                || "-".to_owned(),
+                |share| format!("{} of {} ({share})", m.holds_under_rtt, m.hold_wait.count),
+            ),
+        ),
+        kv(
+            "HELD answer latency p50 / p99 / p999 (ms)",
+            lat(&m.held_latency),
+        ),
         kv(
             "answer latency p50 / p99 / p999 (ms)",
             lat(&m.answer_latency),
@@ -151,34 +169,90 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
     ]
 }
 
-fn region_rows(m: &Metrics) -> Vec<Vec<String>> {
-    m.regions
-        .iter()
-        .map(|r| {
-            vec![
-                r.name.clone(),
-                r.buyers.to_string(),
-                r.holds.to_string(),
-                r.sold_out_answers.to_string(),
-                r.false_sold_outs.to_string(),
-                r.paused_answers.to_string(),
-                r.rejected_answers.to_string(),
-                lat(&r.held_latency),
-            ]
-        })
+/// One region's row over one or more runs of the same scenario: counts
+/// and percentiles are means over the runs (one run: its own figures), the
+/// share under rtt is pooled over their holds.
+fn region_row(r: usize, runs: &[Metrics]) -> Vec<String> {
+    let regions: Vec<&RegionMetrics> = runs.iter().map(|m| &m.regions[r]).collect();
+    let avg = |f: &dyn Fn(&RegionMetrics) -> f64| mean(regions.iter().map(|x| f(x)));
+    let count = |f: fn(&RegionMetrics) -> u64| num(avg(&|x| f(x) as f64));
+    // Percentiles are averaged over the runs that have any.
+    let latencies = |l: fn(&RegionMetrics) -> &LatencySummary| {
+        let with: Vec<&LatencySummary> = regions
+            .iter()
+            .map(|x| l(x))
+            .filter(|l| l.count > 0)
+            .collect();
+        if with.is_empty() {
+            return "-".to_owned();
+        }
+        let p = |q: fn(&LatencySummary) -> u64| ms(mean(with.iter().map(|l| q(l) as f64)) as u64);
+        format!(
+            "{} / {} / {}",
+            p(|l| l.p50_us),
+            p(|l| l.p99_us),
+            p(|l| l.p999_us)
+        )
+    };
+    let under: u64 = regions.iter().map(|x| x.holds_under_rtt).sum();
+    let holds: u64 = regions.iter().map(|x| x.hold_wait.count).sum();
+    let under_rtt = match percent_of(under, holds) {
+        Some(share) => format!("{} ({share})", count(|x| x.holds_under_rtt)),
+        None => "-".to_owned(),
+    };
+    vec![
+        regions[0].name.clone(),
+        num(regions[0].rtt_ms),
+        count(|x| x.buyers),
+        count(|x| x.holds),
+        count(|x| x.sold_out_answers),
+        count(|x| x.false_sold_outs),
+        count(|x| x.paused_answers),
+        count(|x| x.rejected_answers),
+        latencies(|x| &x.hold_wait),
+        under_rtt,
+        latencies(|x| &x.held_latency),
+    ]
+}
+
+/// Rows of the per-region table over `runs` (the same scenario, so the same regions).
+fn region_rows(runs: &[Metrics]) -> Vec<Vec<String>> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    (0..first.regions.len())
+        .map(|r| region_row(r, runs))
         .collect()
 }
 
-const REGION_HEADER: [&str; 8] = [
+/// `part` of `whole` as a percentage, `None` without a whole.
+fn percent_of(part: u64, whole: u64) -> Option<String> {
+    (whole > 0).then(|| format!("{:.1}%", 100.0 * part as f64 / whole as f64))
+}
+
+/// Header of the per-region table. "hold wait" is the buyer's, from its
+/// first reserve request to the HELD across retries; "under rtt" counts the
+/// holds whose wait was shorter than the region's round trip to the
+/// coordinator; "HELD answer" is per request, from its own send.
+const REGION_HEADER: [&str; 11] = [
     "region",
+    "rtt (ms)",
     "buyers",
-    "holds",
+    "HELD",
     "SOLD_OUT",
     "false SOLD_OUT",
     "PAUSED",
     "rejected",
-    "held p50 / p99 / p999 (ms)",
+    "hold wait p50 / p99 / p999 (ms)",
+    "holds under rtt",
+    "HELD answer p50 / p99 / p999 (ms)",
 ];
+
+/// The per-region table over `runs` of one policy, as plain text (what
+/// `simulate run` and `simulate compare` print).
+pub fn region_table(runs: &[Metrics]) -> String {
+    text_table(&REGION_HEADER, &region_rows(runs))
+}
 
 /// The summary printed after `simulate run`.
 pub fn summary_table(m: &Metrics) -> String {
@@ -188,7 +262,7 @@ pub fn summary_table(m: &Metrics) -> String {
     );
     s += &text_table(&["metric", "value"], &summary_rows(m));
     s.push('\n');
-    s += &text_table(&REGION_HEADER, &region_rows(m));
+    s += &region_table(std::slice::from_ref(m));
     s
 }
 
@@ -306,7 +380,7 @@ pub fn write_run_report(
     );
     md += &md_table(&["metric", "value"], &summary_rows(m));
     md += "\n## Per region\n\n";
-    md += &md_table(&REGION_HEADER, &region_rows(m));
+    md += &md_table(&REGION_HEADER, &region_rows(std::slice::from_ref(m)));
     md += "\n## Available per region over time\n\n![available](available.svg)\n\n";
     md += "## HELD latency distribution\n\n![latency](latency.svg)\n\n";
     md += "## False sold-outs over time\n\n![false sold-outs](false_sold_outs.svg)\n";
@@ -330,8 +404,8 @@ fn num(x: f64) -> String {
     }
 }
 
-/// Header of the comparison table.
-pub const COMPARE_HEADER: [&str; 14] = [
+/// Header of the comparison table ("hold wait" and "under rtt" as in the per-region table).
+pub const COMPARE_HEADER: [&str; 16] = [
     "policy",
     "sold",
     "oversold",
@@ -342,7 +416,9 @@ pub const COMPARE_HEADER: [&str; 14] = [
     "turned away",
     "turned away while free",
     "inversions",
-    "held p50 / p99 / p999 (ms)",
+    "hold wait p50 / p99 / p999 (ms)",
+    "holds under rtt",
+    "HELD answer p50 / p99 / p999 (ms)",
     "worst region p99 (ms)",
     "msgs / sale",
     "takes / sale",
@@ -378,6 +454,17 @@ pub fn compare_row(policy: &str, runs: &[Metrics]) -> Vec<String> {
         num(avg(&|m| m.buyers_turned_away as f64)),
         num(avg(&|m| m.turned_away_while_free as f64)),
         num(avg(&|m| m.order_inversions as f64)),
+        format!(
+            "{} / {} / {}",
+            lat_ms(&|m| m.hold_wait.p50_us),
+            lat_ms(&|m| m.hold_wait.p99_us),
+            lat_ms(&|m| m.hold_wait.p999_us)
+        ),
+        percent_of(
+            runs.iter().map(|m| m.holds_under_rtt).sum(),
+            runs.iter().map(|m| m.hold_wait.count).sum(),
+        )
+        .unwrap_or_else(|| "-".to_owned()),
         format!(
             "{} / {} / {}",
             lat_ms(&|m| m.held_latency.p50_us),
@@ -497,13 +584,12 @@ pub fn write_compare_report(
             m.policy, m.policy, m.policy
         );
     }
-    md += "## Per region, first seed\n\n";
-    for m in &first {
+    md += "## Per region (means over the seeds)\n\n";
+    for (policy, runs) in results {
         let _ = writeln!(
             md,
-            "### `{}`\n\n{}",
-            m.policy,
-            md_table(&REGION_HEADER, &region_rows(m))
+            "### `{policy}`\n\n{}",
+            md_table(&REGION_HEADER, &region_rows(runs))
         );
     }
     std::fs::write(dir.join("compare.md"), md)?;

@@ -35,6 +35,18 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../scenarios/tail-five-10k.toml"),
     ),
     ("tail-20x", include_str!("../scenarios/tail-20x.toml")),
+    ("dist-spread", include_str!("../scenarios/dist-spread.toml")),
+    ("dist-skewed", include_str!("../scenarios/dist-skewed.toml")),
+    (
+        "dist-spread-fit",
+        include_str!("../scenarios/dist-spread-fit.toml"),
+    ),
+    (
+        "dist-skewed-fit",
+        include_str!("../scenarios/dist-skewed-fit.toml"),
+    ),
+    ("dist-five", include_str!("../scenarios/dist-five.toml")),
+    ("dist-burst", include_str!("../scenarios/dist-burst.toml")),
 ];
 
 /// Why a scenario could not be used.
@@ -403,8 +415,13 @@ pub struct TailMergeConfig {
     pub merge_fraction: f64,
     /// ...or at most what the regions sell in this many ms...
     pub merge_horizon_ms: u64,
-    /// ...plus this many round trips of the farthest region.
+    /// ...plus this many round trips of the farthest region...
     pub merge_round_trips: u64,
+    /// A region keeps what its buyers take during this many of its round
+    /// trips plus `move_overhead_ms`, beyond its share of the remainder.
+    pub keep_round_trips: f64,
+    /// What a move costs besides round trips, ms.
+    pub move_overhead_ms: u64,
 }
 
 impl Default for TailMergeConfig {
@@ -416,6 +433,8 @@ impl Default for TailMergeConfig {
             merge_fraction: d.merge_fraction,
             merge_horizon_ms: d.merge_horizon_ms,
             merge_round_trips: d.merge_round_trips,
+            keep_round_trips: d.keep_round_trips,
+            move_overhead_ms: d.move_overhead_ms,
         }
     }
 }
@@ -429,6 +448,8 @@ impl TailMergeConfig {
             merge_fraction: self.merge_fraction,
             merge_horizon_ms: self.merge_horizon_ms,
             merge_round_trips: self.merge_round_trips,
+            keep_round_trips: self.keep_round_trips,
+            move_overhead_ms: self.move_overhead_ms,
         }
     }
 }

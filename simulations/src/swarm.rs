@@ -170,6 +170,9 @@ pub fn case(seed: u64) -> SwarmCase {
             merge_fraction: g.range_f64(0.0, 0.3),
             merge_horizon_ms: g.range(0, 2_000),
             merge_round_trips: g.range(0, 10),
+            // The distance settings keep their defaults, so each seed draws
+            // the configuration it drew before they existed.
+            ..TailMergeConfig::default()
         },
     };
     let policy = pick(&mut g, &POLICY_NAMES);

@@ -37,6 +37,77 @@ pub struct Totals {
     pub drift_total: i64,
     /// Counters over the sale.
     pub counters: Counters,
+    /// Each region's round trip to the coordinator, ms, in the sale's order.
+    pub rtt_ms: Vec<u64>,
+}
+
+/// What one region's buyers saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionStats {
+    /// The region's name.
+    pub name: String,
+    /// Its round trip to the coordinator, ms (0: loopback).
+    pub rtt_ms: u64,
+    /// Buyers who got a hold.
+    pub holds: u64,
+    /// Wait of those buyers from their first send to their HELD, µs: p50,
+    /// p99, p99.9 (0 without holds).
+    pub hold_wait_us: [i64; 3],
+    /// Holds answered faster than the region's round trip: none of them
+    /// can have waited for the coordinator.
+    pub holds_under_rtt: u64,
+    /// Every answer the region's buyers got.
+    pub answers: Tally,
+}
+
+impl RegionStats {
+    /// Share of the holds answered faster than the round trip; `None` on
+    /// loopback (every answer is) or without holds.
+    pub fn under_rtt_share(&self) -> Option<f64> {
+        (self.rtt_ms > 0 && self.holds > 0).then(|| self.holds_under_rtt as f64 / self.holds as f64)
+    }
+}
+
+/// The value at quantile `q` of sorted `values` (nearest rank), 0 if empty.
+fn quantile(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Per region: holds, their waits, how many beat the round trip, answers.
+fn per_region(logs: &[BuyerLog], totals: &Totals) -> Vec<RegionStats> {
+    totals
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let rtt_ms = totals.rtt_ms.get(i).copied().unwrap_or(0);
+            let mine = logs.iter().filter(|l| usize::from(l.region) == i);
+            let mut answers = Tally::default();
+            let mut waits = Vec::new();
+            for log in mine {
+                answers.merge(&log.answers);
+                if log.end == End::Held {
+                    waits.push(log.ended_us - log.first_sent_us);
+                }
+            }
+            waits.sort_unstable();
+            let rtt_us = i64::try_from(rtt_ms)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000);
+            RegionStats {
+                name: name.clone(),
+                rtt_ms,
+                holds: waits.len() as u64,
+                hold_wait_us: [0.5, 0.99, 0.999].map(|q| quantile(&waits, q)),
+                holds_under_rtt: waits.iter().filter(|w| **w < rtt_us).count() as u64,
+                answers,
+            }
+        })
+        .collect()
 }
 
 /// One row's numbers.
@@ -72,6 +143,8 @@ pub struct TailStats {
     pub local_holds: Option<f64>,
     /// Counters over the sale.
     pub counters: Counters,
+    /// What each region's buyers saw, in the sale's order.
+    pub regions: Vec<RegionStats>,
     /// Units free after the sale (stranded), by the final view.
     pub final_free: i64,
     /// Units held or sold after the sale, by the final view.
@@ -235,6 +308,7 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
         inversions,
         local_holds,
         counters: totals.counters,
+        regions: per_region(logs, totals),
         final_free: totals.final_view.free(),
         final_committed,
         oversold,
@@ -298,6 +372,7 @@ mod tests {
                 local_path_holds: 5.0,
                 ..Counters::default()
             },
+            rtt_ms: vec![50],
         }
     }
 
@@ -317,7 +392,7 @@ mod tests {
         let final_view = view(3_000_000, 2_900_000, 0, 10);
         let mut logs: Vec<BuyerLog> = (0..9).map(|i| log(End::Held, i, 100 + i)).collect();
         logs.push(log(End::SoldOut, 900_000, 1_000_000)); // free by the 1.3 s sample
-        logs.push(log(End::Held, 1_100_000, 1_150_000)); // came later, got a hold
+        logs.push(log(End::Held, 1_100_000, 1_150_000)); // came later, got a hold (50 ms)
         logs.push(log(End::SoldOut, 1_900_000, 2_000_000)); // nothing free after
         let stats = analyse(&logs, &samples, &totals(final_view));
         assert_eq!(stats.held_units, 10);
@@ -329,6 +404,14 @@ mod tests {
         assert_eq!(stats.held_after_us[3], Some(1_150_000));
         assert_eq!(stats.local_holds, Some(0.5));
         assert!(stats.problems().is_empty(), "{:?}", stats.problems());
+        // Holds waited 100 µs (nine) and 50 ms (one), against a 50 ms round trip.
+        let eu = &stats.regions[0];
+        assert_eq!(eu.holds, 10);
+        assert_eq!(eu.holds_under_rtt, 9);
+        assert_eq!(eu.hold_wait_us, [100, 50_000, 50_000]);
+        assert_eq!(eu.under_rtt_share(), Some(0.9));
+        assert_eq!(eu.answers[Outcome::Held], 10);
+        assert_eq!(eu.answers[Outcome::SoldOut], 2);
     }
 
     /// Goal: units stranded at the end make every turn-away "while free",

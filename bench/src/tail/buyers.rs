@@ -11,7 +11,8 @@
 //!
 //! A buyer whose arrival says so pays for its hold: after its delay it
 //! confirms it (`POST .../confirm`, retried like a reserve). The crowd's
-//! answers so far can be watched through a [`Progress`].
+//! answers so far, and how long its holds took, can be watched
+//! through a [`Progress`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -45,8 +47,15 @@ pub struct Crowd {
     pub progress: Option<Arc<Progress>>,
 }
 
+/// Longest hold wait [`RegionProgress`] tells apart, µs; a longer one
+/// counts as this (a buyer retries for about a minute at most).
+pub const HOLD_WAIT_US_MAX: u64 = 300_000_000;
+/// Significant digits of [`RegionProgress::hold_wait_us`]: within 1%, in a
+/// histogram of a few thousand counters that recording never grows.
+const HOLD_WAIT_DIGITS: u8 = 2;
+
 /// One region's buyers so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RegionProgress {
     /// Buyers that arrived.
     pub arrived: u64,
@@ -58,6 +67,60 @@ pub struct RegionProgress {
     pub held_units: u64,
     /// Units paid for (holds confirmed).
     pub paid_units: u64,
+    /// The region's round trip to the coordinator, ms (0: loopback).
+    pub rtt_ms: u64,
+    /// Wait of each buyer that got a hold, from its first send to its
+    /// HELD, µs (within 1%).
+    pub hold_wait_us: Histogram<u32>,
+    /// Of those, holds answered faster than `rtt_ms` (counted exactly):
+    /// none of them can have waited for the coordinator.
+    pub holds_under_rtt: u64,
+}
+
+impl RegionProgress {
+    /// Nothing yet, in a region `rtt_ms` from the coordinator.
+    pub fn new(rtt_ms: u64) -> Self {
+        Self {
+            arrived: 0,
+            ended: 0,
+            answers: Tally::default(),
+            held_units: 0,
+            paid_units: 0,
+            rtt_ms,
+            // The bounds are constants that hdrhistogram accepts (low 1,
+            // high far above 2 x low, 2 digits), so this cannot fail.
+            hold_wait_us: Histogram::new_with_bounds(1, HOLD_WAIT_US_MAX, HOLD_WAIT_DIGITS)
+                .expect("valid hold wait bounds"),
+            holds_under_rtt: 0,
+        }
+    }
+
+    /// Buyers that got a hold.
+    pub fn holds(&self) -> u64 {
+        self.hold_wait_us.len()
+    }
+
+    /// The hold wait at quantile `q` (0.5: the median), µs; `None`
+    /// without holds.
+    pub fn hold_wait_at_us(&self, q: f64) -> Option<u64> {
+        (self.holds() > 0).then(|| self.hold_wait_us.value_at_quantile(q))
+    }
+
+    /// Share of the holds answered faster than the round trip; `None` on
+    /// loopback (every answer is) or without holds.
+    pub fn under_rtt_share(&self) -> Option<f64> {
+        let holds = self.holds();
+        (self.rtt_ms > 0 && holds > 0).then(|| self.holds_under_rtt as f64 / holds as f64)
+    }
+
+    /// One more hold, `wait_us` after the buyer's first send.
+    fn record_hold(&mut self, wait_us: i64) {
+        let wait_us = u64::try_from(wait_us).unwrap_or(0);
+        self.hold_wait_us.saturating_record(wait_us);
+        if wait_us < self.rtt_ms.saturating_mul(1_000) {
+            self.holds_under_rtt += 1;
+        }
+    }
 }
 
 /// The crowd's answers so far, per region in the sale's order.
@@ -67,10 +130,11 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Nothing yet, in `regions` regions.
-    pub fn new(regions: usize) -> Self {
+    /// Nothing yet, in one region per entry of `rtt_ms`: its round trip
+    /// to the coordinator, ms (0: loopback), in the sale's order.
+    pub fn new(rtt_ms: &[u64]) -> Self {
         Self {
-            regions: Mutex::new(vec![RegionProgress::default(); regions]),
+            regions: Mutex::new(rtt_ms.iter().map(|&ms| RegionProgress::new(ms)).collect()),
         }
     }
 
@@ -316,6 +380,7 @@ async fn buyer(
         p.ended += 1;
         if end == End::Held {
             p.held_units += u64::from(arrival.qty);
+            p.record_hold(ended_us - first_sent_us.unwrap_or(ended_us));
         }
     });
     let paid = match (end, arrival.pay_after) {
@@ -385,6 +450,32 @@ async fn pay(shared: &Shared, pool: &Pool, key: &str, patience: Patience) -> Out
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: a region's progress counts every hold, exactly how many beat
+    /// its round trip (none on loopback, where the share is not asked), and
+    /// gives the waits' quantiles within the histogram's 1%.
+    #[test]
+    fn hold_waits_against_the_round_trip() {
+        let progress = Progress::new(&[0, 80]);
+        for wait_ms in [1, 2, 3, 79, 80, 200, 400] {
+            for region in 0..2 {
+                progress.update(region, |p| p.record_hold(wait_ms * 1_000));
+            }
+        }
+        let [loopback, far] = <[RegionProgress; 2]>::try_from(progress.snapshot()).unwrap();
+        assert_eq!((loopback.holds(), far.holds()), (7, 7));
+        assert_eq!(
+            (loopback.holds_under_rtt, loopback.under_rtt_share()),
+            (0, None)
+        );
+        assert_eq!(far.holds_under_rtt, 4);
+        assert_eq!(far.under_rtt_share(), Some(4.0 / 7.0));
+        let p50 = far.hold_wait_at_us(0.5).unwrap();
+        assert!((79_000..=79_000 * 101 / 100).contains(&p50), "{p50}");
+        let p99 = far.hold_wait_at_us(0.99).unwrap();
+        assert!((400_000..=400_000 * 101 / 100).contains(&p99), "{p99}");
+        assert_eq!(RegionProgress::new(20).hold_wait_at_us(0.5), None);
+    }
 
     /// Goal: only a replayed reservation that is still HELD counts as the buyer's hold.
     #[test]

@@ -17,6 +17,7 @@ use anyhow::Context;
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
+use super::link::Link;
 use super::sampler::{self, Origin, SkuView};
 use super::shape::{Sale, HOLD_TTL_MS};
 use super::{TailSettings, SETTLE_TIMEOUT, SKU};
@@ -210,6 +211,8 @@ pub struct Cluster {
     coordinator_addr: SocketAddr,
     coordinator: Option<ServerProcess>,
     agents: Vec<ServerProcess>,
+    links: Vec<Link>,
+    rtt_ms: Vec<u64>,
     databases: Vec<Database>,
     drop_postgres: bool,
 }
@@ -237,6 +240,8 @@ impl Cluster {
             coordinator_addr: free_addr()?,
             coordinator: None,
             agents: Vec::new(),
+            links: Vec::new(),
+            rtt_ms: Vec::new(),
             databases: Vec::new(),
             drop_postgres: settings.storage.drop_postgres,
         };
@@ -296,11 +301,23 @@ impl Cluster {
             let name = process_name(Some(region));
             let db = Database::create(&storage.agents, tag, region, &name).await?;
             let agent_addr = free_addr()?;
+            // A region at a distance reaches the coordinator through a link
+            // that delays every byte by half its round trip each way.
+            let rtt_ms = settings.distances.get(region).copied().unwrap_or(0);
+            self.rtt_ms.push(rtt_ms);
+            let coordinator = if rtt_ms > 0 {
+                let link = Link::start(addr, Duration::from_millis(rtt_ms)).await?;
+                let via = link.addr;
+                self.links.push(link);
+                via
+            } else {
+                addr
+            };
             let mut agent_args = args(&[
                 ("--region", region.clone()),
                 ("--listen", agent_addr.to_string()),
                 ("--database-url", db.url().to_owned()),
-                ("--coordinator-url", format!("http://{addr}")),
+                ("--coordinator-url", format!("http://{coordinator}")),
                 ("--region-token", format!("token-{region}")),
                 ("--admin-token", ADMIN_TOKEN.to_owned()),
                 ("--tenant-key", format!("{TENANT}={TENANT_KEY}")),
@@ -335,6 +352,12 @@ impl Cluster {
     /// The coordinator's address.
     pub fn coordinator_addr(&self) -> SocketAddr {
         self.coordinator_addr
+    }
+
+    /// Each agent's round trip to the coordinator, ms, in region order
+    /// (0: loopback).
+    pub fn rtt_ms(&self) -> &[u64] {
+        &self.rtt_ms
     }
 
     /// The agents' addresses, in region order.
@@ -478,6 +501,7 @@ impl Cluster {
                 first_error.get_or_insert(e);
             }
         }
+        drop(self.links);
         if let Some(coordinator) = self.coordinator {
             if let Err(e) = coordinator.stop().await {
                 first_error.get_or_insert(e);

@@ -13,6 +13,7 @@
 //!
 //! - [`shape`]: the sales: presets, flags, a simulator scenario.
 //! - [`cluster`]: the coordinator and agents of one run.
+//! - [`link`]: the round trip between a region and the coordinator.
 //! - [`buyers`]: the crowd, its connections, its retries and its payments.
 //! - [`sampler`]: the coordinator's view of the SKU over time.
 //! - [`analysis`]: from logs and samples to the table's numbers.
@@ -21,6 +22,7 @@
 pub mod analysis;
 pub mod buyers;
 pub mod cluster;
+pub mod link;
 pub mod report;
 pub mod sampler;
 pub mod shape;
@@ -58,6 +60,9 @@ pub struct TailSettings {
     pub in_flight: usize,
     /// Flags of the coordinator and the agents.
     pub cluster: ClusterFlags,
+    /// Round trip between each region and the coordinator; regions not
+    /// named talk over plain loopback.
+    pub distances: link::Distances,
 }
 
 /// One policy's run of one sale.
@@ -90,6 +95,10 @@ pub async fn run_policy(
     let regions: Vec<String> = sale.regions.iter().map(|r| r.name.clone()).collect();
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let tag = format!("bench_tail_{}_{run}", std::process::id());
+    let settings = &TailSettings {
+        distances: sale.distances(&settings.distances),
+        ..settings.clone()
+    };
     let cluster = Cluster::start(settings, policy, &regions, &tag).await?;
     let result = drive(settings, &cluster, sale, policy).await;
     let stopped = cluster.stop().await;
@@ -179,6 +188,7 @@ pub async fn close_sale(
         final_view: settled.view.clone(),
         drift_total: settled.drift_total,
         counters: after.since(&open.before),
+        rtt_ms: cluster.rtt_ms().to_vec(),
     };
     let stats = analysis::analyse(logs, &samples, &totals);
     Ok(TailRun {

@@ -122,6 +122,13 @@ pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
     for note in &sale.notes {
         let _ = writeln!(out, "- Not reproduced: {note}.");
     }
+    if runs
+        .iter()
+        .any(|r| r.stats.regions.iter().any(|g| g.rtt_ms > 0))
+    {
+        out.push('\n');
+        out.push_str(&distance_table(runs));
+    }
     if let Some(path) = &sale.scenario {
         let policies: Vec<&str> = runs.iter().map(|r| r.policy.as_str()).collect();
         let _ = writeln!(
@@ -131,6 +138,138 @@ pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
         );
     }
     out
+}
+
+fn ms(us: i64) -> String {
+    format!("{:.0}", us as f64 / 1e3)
+}
+
+/// The answers of one region, by outcome, those that occurred.
+fn answers(tally: &crate::outcome::Tally) -> String {
+    let named: Vec<String> = Outcome::ALL
+        .iter()
+        .filter(|o| tally[**o] > 0)
+        .map(|o| format!("{} {}", o.name(), thousands(tally[*o] as f64)))
+        .collect();
+    named.join(", ")
+}
+
+/// Share of all holds of a run answered faster than their region's round trip.
+pub fn under_rtt_share(run: &TailRun) -> Option<f64> {
+    let far = || run.stats.regions.iter().filter(|r| r.rtt_ms > 0);
+    let holds: u64 = far().map(|r| r.holds).sum();
+    (holds > 0).then(|| far().map(|r| r.holds_under_rtt).sum::<u64>() as f64 / holds as f64)
+}
+
+/// Per policy and region: the round trip, the holds' waits from a buyer's
+/// first send to its HELD, the share answered faster than the round trip,
+/// and every answer; then the distance targets against `central` in the
+/// same run.
+pub fn distance_table(runs: &[TailRun]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| policy | region (round trip) | holds | p50 ms | p99 ms | p99.9 ms | faster than its round trip | answers |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---|");
+    for run in runs {
+        for r in &run.stats.regions {
+            let share = r.under_rtt_share().map_or("n/a".into(), percent_1);
+            let [p50, p99, p999] = r.hold_wait_us;
+            let _ = writeln!(
+                out,
+                "| `{}` | {} ({} ms) | {} | {} | {} | {} | {share} | {} |",
+                run.policy,
+                r.name,
+                r.rtt_ms,
+                thousands(r.holds as f64),
+                ms(p50),
+                ms(p99),
+                ms(p999),
+                answers(&r.answers),
+            );
+        }
+        if let Some(share) = under_rtt_share(run) {
+            let _ = writeln!(
+                out,
+                "| `{}` | all | {} | | | | {} | |",
+                run.policy,
+                thousands(run.stats.held_units as f64),
+                percent_1(share)
+            );
+        }
+    }
+    out.push('\n');
+    if let Some(central) = runs.iter().find(|r| r.policy == "central") {
+        for run in runs.iter().filter(|r| r.policy != "central") {
+            let missed = distance_targets_missed(run, central);
+            let verdict = if missed.is_empty() {
+                "every distance target met".to_owned()
+            } else {
+                format!("targets missed: {}", missed.join("; "))
+            };
+            let _ = writeln!(out, "- `{}` against `central`: {verdict}.", run.policy);
+        }
+    }
+    out
+}
+
+fn percent_1(share: f64) -> String {
+    format!("{:.1}%", 100.0 * share)
+}
+
+/// Which of issue 19's targets `run` misses against `central` in the same
+/// run: 95% of holds faster than their round trip, every region's p50 at
+/// most 15 ms and p99 below its p99 under `central`, the last unit within
+/// 1.25x of `central`'s, and none paused, turned away while free, inverted,
+/// oversold or drifted.
+pub fn distance_targets_missed(run: &TailRun, central: &TailRun) -> Vec<String> {
+    let mut missed = Vec::new();
+    let s = &run.stats;
+    if let Some(share) = under_rtt_share(run) {
+        if share < 0.95 {
+            missed.push(format!(
+                "{} of holds faster than their round trip (95%)",
+                percent_1(share)
+            ));
+        }
+    }
+    for (mine, theirs) in s.regions.iter().zip(&central.stats.regions) {
+        let [p50, p99, _] = mine.hold_wait_us;
+        if p50 > 15_000 {
+            missed.push(format!("{} p50 {} ms (15)", mine.name, ms(p50)));
+        }
+        if mine.holds > 0 && p99 >= theirs.hold_wait_us[1] {
+            missed.push(format!(
+                "{} p99 {} ms, not below central's {} ms",
+                mine.name,
+                ms(p99),
+                ms(theirs.hold_wait_us[1])
+            ));
+        }
+    }
+    match (s.held_after_us[3], central.stats.held_after_us[3]) {
+        (Some(last), Some(c)) if last as f64 > 1.25 * c as f64 => missed.push(format!(
+            "last unit {} against central's {} (1.25x)",
+            seconds(Some(last)),
+            seconds(Some(c))
+        )),
+        (None, Some(_)) => missed.push("the last unit was never held".into()),
+        _ => {}
+    }
+    let counts = [
+        ("PAUSED", s.answers[Outcome::Paused]),
+        ("turned away while free", s.turned_away_free),
+        ("inversions", s.inversions),
+        ("oversold", s.oversold.unsigned_abs()),
+        ("drift", s.drift_total.unsigned_abs()),
+    ];
+    for (name, n) in counts {
+        if n > 0 {
+            missed.push(format!("{name} {n}"));
+        }
+    }
+    missed
 }
 
 /// Whether every run passed its checks.

@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use simulations::demand::{choices, Demand, HUMAN};
+
+use super::link::Distances;
 use simulations::Scenario;
 
 /// Region names, in the order regions are added.
@@ -40,6 +42,8 @@ pub struct RegionSpec {
     pub weight: u32,
     /// Its share of the buyers.
     pub share: f64,
+    /// Round trip between its agent and the coordinator, ms (0: loopback).
+    pub rtt_ms: u64,
 }
 
 /// When a buyer stops retrying.
@@ -113,6 +117,28 @@ impl Sale {
     pub fn buyers(&self) -> usize {
         self.arrivals.len()
     }
+
+    /// Each region's round trip to the coordinator: the sale's own, with
+    /// `overrides` (`--rtt`) taking precedence.
+    pub fn distances(&self, overrides: &Distances) -> Distances {
+        let mut distances: Distances = self
+            .regions
+            .iter()
+            .filter(|r| r.rtt_ms > 0)
+            .map(|r| (r.name.clone(), r.rtt_ms))
+            .collect();
+        distances.extend(overrides.iter().map(|(name, ms)| (name.clone(), *ms)));
+        distances
+    }
+
+    /// Region `index`'s round trip to the coordinator under `distances`, ms.
+    pub fn rtt_ms(&self, distances: &Distances, index: usize) -> u64 {
+        self.regions
+            .get(index)
+            .and_then(|r| distances.get(&r.name))
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 /// How a shape's buyers arrive over its window.
@@ -182,6 +208,11 @@ pub struct Shape {
     pub retrying_max: Duration,
     /// Seed of the crowd's order.
     pub seed: u64,
+    /// Stock weight per region, in [`REGION_NAMES`] order; empty: 1 each.
+    pub weights: Vec<u32>,
+    /// Round trip between each region and the coordinator, ms, in
+    /// [`REGION_NAMES`] order; empty (or a region left out): loopback.
+    pub rtt_ms: Vec<u64>,
 }
 
 /// A preset: name, what it is, skew, units, buyers.
@@ -196,9 +227,22 @@ pub struct Preset {
     pub units: u64,
     /// Buyers in all.
     pub buyers: u64,
-    /// Part of `--shape all`.
+    /// Part of `--shape all` (loopback) or `--shape distance` (at a distance).
     pub in_all: bool,
+    /// Every buyer arrives within this window, ms (0: the default window).
+    pub window_ms: u64,
+    /// Stock weights (empty: 1 each).
+    pub weights: &'static [u32],
+    /// Round trips to the coordinator, ms (empty: loopback).
+    pub rtt_ms: &'static [u64],
 }
+
+/// Round trips of the distance presets' three regions: about eu-west-1 to
+/// eu-central-1, us-east-1 and ap-southeast-1.
+pub const RTT_3: &[u64] = &[20, 80, 230];
+
+/// Round trips of the five-region distance preset: two more far regions.
+pub const RTT_5: &[u64] = &[20, 80, 230, 150, 180];
 
 /// The presets, in the order `--shape all` runs them.
 pub const PRESETS: [Preset; 4] = [
@@ -209,6 +253,9 @@ pub const PRESETS: [Preset; 4] = [
         units: 701,
         buyers: 2_600,
         in_all: true,
+        window_ms: 0,
+        weights: &[],
+        rtt_ms: &[],
     },
     Preset {
         name: "spread-700",
@@ -217,6 +264,9 @@ pub const PRESETS: [Preset; 4] = [
         units: 700,
         buyers: 1_400,
         in_all: true,
+        window_ms: 0,
+        weights: &[],
+        rtt_ms: &[],
     },
     Preset {
         name: "five-10k",
@@ -225,6 +275,9 @@ pub const PRESETS: [Preset; 4] = [
         units: 10_000,
         buyers: 20_000,
         in_all: true,
+        window_ms: 0,
+        weights: &[],
+        rtt_ms: &[],
     },
     Preset {
         name: "skewed-20x",
@@ -233,6 +286,82 @@ pub const PRESETS: [Preset; 4] = [
         units: 10_000,
         buyers: 200_000,
         in_all: true,
+        window_ms: 0,
+        weights: &[],
+        rtt_ms: &[],
+    },
+];
+
+/// The shapes at a distance, in the order `--shape distance` runs them:
+/// open-loop arrivals below capacity (800 buyers/s for 3.75 s) unless
+/// named a burst, weights equal (the split misjudges demand) or equal to
+/// demand (`-fit`).
+pub const DISTANCE_PRESETS: [Preset; 6] = [
+    Preset {
+        name: "dist-spread",
+        about: "3 regions at 20/80/230 ms, 50/30/20, weights 1/1/1, 1,201 units, 3,000 buyers at 800/s",
+        skew: &[50.0, 30.0, 20.0],
+        units: 1_201,
+        buyers: 3_000,
+        in_all: true,
+        window_ms: 3_750,
+        weights: &[],
+        rtt_ms: RTT_3,
+    },
+    Preset {
+        name: "dist-spread-fit",
+        about: "as dist-spread, weights 5/3/2 (the split is the demand)",
+        skew: &[50.0, 30.0, 20.0],
+        units: 1_201,
+        buyers: 3_000,
+        in_all: true,
+        window_ms: 3_750,
+        weights: &[5, 3, 2],
+        rtt_ms: RTT_3,
+    },
+    Preset {
+        name: "dist-skewed",
+        about: "3 regions at 20/80/230 ms, 85/10/5, weights 1/1/1, 1,201 units, 3,000 buyers at 800/s",
+        skew: &[85.0, 10.0, 5.0],
+        units: 1_201,
+        buyers: 3_000,
+        in_all: true,
+        window_ms: 3_750,
+        weights: &[],
+        rtt_ms: RTT_3,
+    },
+    Preset {
+        name: "dist-skewed-fit",
+        about: "as dist-skewed, weights 17/2/1 (the split is the demand)",
+        skew: &[85.0, 10.0, 5.0],
+        units: 1_201,
+        buyers: 3_000,
+        in_all: true,
+        window_ms: 3_750,
+        weights: &[17, 2, 1],
+        rtt_ms: RTT_3,
+    },
+    Preset {
+        name: "dist-five",
+        about: "5 regions at 20/80/230/150/180 ms, 60/20/10/5/5, 10,000 units, 20,000 buyers at 2,000/s",
+        skew: &[60.0, 20.0, 10.0, 5.0, 5.0],
+        units: 10_000,
+        buyers: 20_000,
+        in_all: true,
+        window_ms: 10_000,
+        weights: &[],
+        rtt_ms: RTT_5,
+    },
+    Preset {
+        name: "dist-burst",
+        about: "3 regions at 20/80/230 ms, 50/30/20, 1,201 units, 3,000 buyers within 0.5 s",
+        skew: &[50.0, 30.0, 20.0],
+        units: 1_201,
+        buyers: 3_000,
+        in_all: true,
+        window_ms: 500,
+        weights: &[],
+        rtt_ms: RTT_3,
     },
 ];
 
@@ -266,20 +395,37 @@ pub fn parse_skew(text: &str) -> Result<Vec<f64>, String> {
 impl Shape {
     /// The preset named `name`.
     pub fn preset(name: &str) -> anyhow::Result<Self> {
-        let p = PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
-            let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-            anyhow::anyhow!("no shape {name:?}; shapes: {}, all", names.join(", "))
-        })?;
+        let p = PRESETS
+            .iter()
+            .chain(&DISTANCE_PRESETS)
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = PRESETS
+                    .iter()
+                    .chain(&DISTANCE_PRESETS)
+                    .map(|p| p.name)
+                    .collect();
+                anyhow::anyhow!(
+                    "no shape {name:?}; shapes: {}, all, distance",
+                    names.join(", ")
+                )
+            })?;
         Ok(Self {
             name: p.name.to_owned(),
             skew: p.skew.to_vec(),
             units: p.units,
             buyers: p.buyers,
-            window: ARRIVAL_WINDOW_DEFAULT,
+            window: if p.window_ms == 0 {
+                ARRIVAL_WINDOW_DEFAULT
+            } else {
+                Duration::from_millis(p.window_ms)
+            },
             arrivals: Arrivals::Even,
             checkout: None,
             retrying_max: RETRYING_MAX_DEFAULT,
             seed: 1,
+            weights: p.weights.to_vec(),
+            rtt_ms: p.rtt_ms.to_vec(),
         })
     }
 
@@ -296,6 +442,14 @@ impl Shape {
         anyhow::ensure!(
             (1..=BUYERS_MAX).contains(&self.buyers),
             "--buyers must be 1..={BUYERS_MAX}"
+        );
+        anyhow::ensure!(
+            self.weights.is_empty() || self.weights.len() == self.skew.len(),
+            "one weight per region"
+        );
+        anyhow::ensure!(
+            self.rtt_ms.len() <= self.skew.len(),
+            "at most one round trip per region"
         );
         let counts = simulations::demand::split_by_share(self.buyers, &self.skew);
         let mut order: Vec<u8> = Vec::with_capacity(self.buyers as usize);
@@ -329,23 +483,34 @@ impl Shape {
             .iter()
             .map(|s| format!("{}", (100.0 * s / sum).round()))
             .collect();
+        let mut label = format!(
+            "{}: {} regions {}, {} units, {} buyers in {} ms",
+            self.name,
+            self.skew.len(),
+            skew.join("/"),
+            crate::report::thousands(self.units as f64),
+            crate::report::thousands(self.buyers as f64),
+            self.window.as_millis()
+        );
+        if !self.weights.is_empty() {
+            let weights: Vec<String> = self.weights.iter().map(u32::to_string).collect();
+            label += &format!(", weights {}", weights.join("/"));
+        }
+        if self.rtt_ms.iter().any(|ms| *ms > 0) {
+            let rtts: Vec<String> = self.rtt_ms.iter().map(u64::to_string).collect();
+            label += &format!(", round trips {} ms", rtts.join("/"));
+        }
         Ok(Sale {
-            label: format!(
-                "{}: {} regions {}, {} units, {} buyers in {} ms",
-                self.name,
-                self.skew.len(),
-                skew.join("/"),
-                crate::report::thousands(self.units as f64),
-                crate::report::thousands(self.buyers as f64),
-                self.window.as_millis()
-            ),
+            label,
             regions: REGION_NAMES
                 .iter()
                 .zip(&self.skew)
-                .map(|(name, &share)| RegionSpec {
+                .enumerate()
+                .map(|(i, (name, &share))| RegionSpec {
                     name: (*name).to_owned(),
-                    weight: 1,
+                    weight: self.weights.get(i).copied().unwrap_or(1),
                     share,
+                    rtt_ms: self.rtt_ms.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
             units: self.units,
@@ -436,8 +601,8 @@ pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::
     if !scenario.faults.is_empty() || scenario.network != Default::default() {
         notes.push("faults and network loss are not reproduced: the cluster is healthy".into());
     }
-    if scenario.regions.iter().any(|r| r.rtt_ms > 1.0) {
-        notes.push("round trips are loopback's, not the scenario's rtt_ms".into());
+    if scenario.regions.iter().any(|r| r.jitter_ms > 0.0) {
+        notes.push("round trips are the scenario's rtt_ms, without its jitter".into());
     }
     if b.abandon > 0.0 || b.release > 0.0 {
         notes.push("holds are kept: none is abandoned or released during the run".into());
@@ -457,6 +622,7 @@ pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::
                 name: r.name.clone(),
                 weight: r.weight,
                 share: r.demand,
+                rtt_ms: r.rtt_ms.round() as u64,
             })
             .collect(),
         units: scenario.sku.total,

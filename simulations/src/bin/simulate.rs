@@ -184,6 +184,12 @@ fn cmd_compare(
         }
     };
     println!("{} over seeds {:?}\n\n{table}", s.name, seed_list);
+    for (p, runs) in &metrics {
+        println!(
+            "{p}, per region (means over the seeds):\n{}",
+            report::region_table(runs)
+        );
+    }
     for (p, runs) in &grouped {
         let wall: Vec<String> = runs
             .iter()

@@ -66,6 +66,9 @@ impl World {
             .answer(r, answer, at_us.saturating_sub(buyer.started_us));
         match answer {
             Answer::Held => {
+                // A buyer sends its first request on arrival (`on_arrival`).
+                self.rec
+                    .hold_wait(r, at_us.saturating_sub(buyer.arrived_us));
                 self.buyers_served += 1;
                 if self
                     .first_turned_away_arrival_us

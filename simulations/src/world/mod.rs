@@ -208,7 +208,12 @@ impl World {
             network: Network::new(s, Rng::stream(seed, streams::NETWORK, 0)),
             demand: Demand::new(s, seed, sale_start_us),
             buyers: Vec::new(),
-            rec: Recorder::new(s.regions.iter().map(|r| r.name.clone()).collect()),
+            rec: Recorder::new(
+                s.regions
+                    .iter()
+                    .map(|r| (r.name.clone(), r.rtt_ms))
+                    .collect(),
+            ),
             sold_triggers: faults.iter().any(|f| f.cfg.start_sold.is_some()),
             faults,
             agent_down: vec![0; s.regions.len()],
@@ -528,6 +533,7 @@ impl World {
         let c = self.census;
         let (attempts, _holds, sold_outs, paused, rejected) = self.rec.totals();
         let (held_latency, answer_latency) = self.rec.overall_latency();
+        let (hold_wait, holds_under_rtt) = self.rec.overall_hold_wait();
         let stats = self.agents.iter().fold((0, 0, 0), |t, a| {
             (
                 t.0 + a.stats.syncs,
@@ -578,6 +584,8 @@ impl World {
             messages_per_sale: per_sale(self.network.stats.sent),
             takes_per_sale: per_sale(stats.1),
             held_latency,
+            hold_wait,
+            holds_under_rtt,
             answer_latency,
             held_latency_curve: self.rec.held_curve(),
             regions: self.rec.regions(),
