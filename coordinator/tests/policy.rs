@@ -59,7 +59,7 @@ async fn each_sku_runs_the_policy_it_chose(db: TestDb) {
         ),
         (&json!("tail-merge"), &json!(true), &json!("ESCROW"))
     );
-    assert_eq!(plain["settings"]["merge_round_trips"], 0);
+    assert_eq!(plain["settings"]["merge_round_trips"], 3);
     assert_eq!(plain["settings"]["keep_round_trips"], 1.0);
     assert_eq!(plain["settings"]["refill"]["sync_interval_ms"], SYNC_MS);
     // The default split leaves the rest of the units with the regions.

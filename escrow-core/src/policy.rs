@@ -340,14 +340,19 @@ pub struct TailMergeSettings {
     /// ...or at most what all regions together sell at their recent rates
     /// in this many ms...
     pub merge_horizon_ms: u64,
-    /// ...plus this many round trips of the farthest region (0 by
-    /// default: in central mode every sale a region cannot serve from its
-    /// own units pays that region's round trip, so a tail merged by the
-    /// farthest distance makes every region pay it; merged at the last
-    /// few units, each region sells what it has locally to the end and
-    /// only the last units pay their own region's round trip).
+    /// ...plus this many round trips of the nearest region, where every
+    /// region is within [`TailMergeSettings::merge_rtt_max_ms`]...
     #[serde(default = "default_merge_round_trips")]
     pub merge_round_trips: u64,
+    /// ...a round trip, ms. In central mode every sale a region cannot
+    /// serve from its own units pays that region's round trip: where all
+    /// are near that costs no more than a commit, and merging a few round
+    /// trips of sales early lets the last units sell from one counter. At a
+    /// distance a tail merged by the farthest round trip (across oceans, the
+    /// last ~45% of a sale) makes every region pay it, so there only the
+    /// last units merge and each region sells its own locally until then.
+    #[serde(default = "default_merge_rtt_max_ms")]
+    pub merge_rtt_max_ms: u64,
     /// A region keeps at least what its own buyers take during this many
     /// of its round trips plus [`TailMergeSettings::move_overhead_ms`]
     /// (about how long units asked back would take to reach buyers
@@ -362,6 +367,10 @@ pub struct TailMergeSettings {
 
 fn default_merge_round_trips() -> u64 {
     TailMergeSettings::default().merge_round_trips
+}
+
+fn default_merge_rtt_max_ms() -> u64 {
+    TailMergeSettings::default().merge_rtt_max_ms
 }
 
 fn default_keep_round_trips() -> f64 {
@@ -379,7 +388,8 @@ impl Default for TailMergeSettings {
             merge_units: 20,
             merge_fraction: 0.02,
             merge_horizon_ms: 0,
-            merge_round_trips: 0,
+            merge_round_trips: 3,
+            merge_rtt_max_ms: 50,
             keep_round_trips: 1.0,
             move_overhead_ms: 50,
         }
@@ -405,7 +415,13 @@ impl TailMerge {
     /// The remainder at or below which the tail is merged.
     pub fn threshold(&self, sku: &SkuState) -> u64 {
         let rate: f64 = sku.regions.iter().map(|r| r.sale_rate_per_s).sum();
-        let rtt_ms = sku.regions.iter().map(|r| r.rtt_ms).max().unwrap_or(0);
+        let farthest_ms = sku.regions.iter().map(|r| r.rtt_ms).max().unwrap_or(0);
+        let nearest_ms = sku.regions.iter().map(|r| r.rtt_ms).min().unwrap_or(0);
+        let rtt_ms = if farthest_ms <= self.settings.merge_rtt_max_ms {
+            nearest_ms
+        } else {
+            0
+        };
         let horizon_ms =
             self.settings.merge_horizon_ms + self.settings.merge_round_trips.saturating_mul(rtt_ms);
         let horizon = (rate * horizon_ms as f64 / 1_000.0).ceil() as u64;
@@ -445,7 +461,8 @@ impl TailMerge {
     /// Unless `short`, a region that has not reported demand while others
     /// have is planned for as selling at the others' rate per unit of
     /// weight (its buyers' first report may still be on its way, from
-    /// farther than the others'), and nothing is recalled from it. When
+    /// farther than the others'): its part of the pool is held back for
+    /// it, but not granted, and nothing is recalled from it. When
     /// `short`, a region's buyers are waiting now: what was reported is
     /// all there is to go by.
     fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
@@ -476,10 +493,15 @@ impl TailMerge {
                 .collect();
             split_by_weight(sku.pool, &weights)
         };
+        // A region planned for by expected demand keeps its part of the
+        // pool there until it reports: a grant would take one and a half of
+        // its round trips to arrive, perhaps after its buyers are gone.
         let grants: Vec<(usize, u64)> = needy
             .iter()
             .zip(&units)
-            .filter(|(_, units)| **units > 0)
+            .filter(|((i, _), units)| {
+                **units > 0 && (short || reported.regions[*i].sale_rate_per_s > 0.0)
+            })
             .map(|((i, _), units)| (*i, *units))
             .collect();
         let mut plan = Plan {
@@ -793,19 +815,22 @@ mod tests {
             rtt_ms,
             ..region(1, available, rate)
         };
-        // 30 units left of 1,000, above the merge threshold of 20.
+        // 40 units left of 1,000, above the merge threshold of 20 (a
+        // region is farther than 50 ms: no round trips count).
         let sku = SkuState {
             total: 1_000,
             pool: 0,
             mode: Mode::Escrow,
-            regions: vec![far(0, 400.0, 20), far(30, 100.0, 230)],
+            regions: vec![far(0, 400.0, 20), far(40, 200.0, 230)],
         };
         let plan = policy.plan(&sku);
         assert!(!plan.central);
-        // The far region's share of 30 by demand is 6, and it sells 28 more
-        // during a move (230 ms + 50 ms at 100/s): it keeps all 30.
-        assert!(plan.recalls.is_empty(), "{plan:?}");
         assert_eq!(policy.threshold(&sku), 20);
+        // The far region's share of 40 by demand is 13, and it sells 56 more
+        // during a move (230 ms + 50 ms at 200/s): it keeps all 40.
+        assert!(plan.recalls.is_empty(), "{plan:?}");
+        let short = policy.plan_short(&sku);
+        assert!(short.recalls.is_empty(), "{short:?}");
     }
 
     /// Goal: a region that has not reported any demand yet is not stripped

@@ -180,6 +180,10 @@ impl PolicyChoice {
                         .then(|| format!("merge_round_trips must be at most {ROUND_TRIPS_MAX}"))
                 })
                 .or_else(|| {
+                    (tail.merge_rtt_max_ms > INTERVAL_MS_MAX)
+                        .then(|| format!("merge_rtt_max_ms must be at most {INTERVAL_MS_MAX}"))
+                })
+                .or_else(|| {
                     let k = tail.keep_round_trips;
                     (!(k.is_finite() && (0.0..=ROUND_TRIPS_MAX as f64).contains(&k)))
                         .then(|| format!("keep_round_trips must be in 0.0..={ROUND_TRIPS_MAX}"))

@@ -20,6 +20,8 @@ pub struct RateMeter {
     weight: f64,
     bucket_units: u64,
     bucket_start_ms: u64,
+    /// When units were last asked for.
+    last_units_ms: u64,
 }
 
 /// Width of one averaging step.
@@ -28,6 +30,16 @@ const BUCKET_MS: u64 = 100;
 /// The bucket being filled counts as at least this long: the first few
 /// units of a sale do not make a rate of millions per second.
 const ELAPSED_MIN_MS: u64 = 20;
+
+/// Expected gaps between requests without one after which demand counts
+/// as stopped ([`RateMeter::demand_per_s`]): at a steady rate, Poisson
+/// arrivals leave so long a gap with probability e^-8, about 1 in 3,000.
+pub const IDLE_GAPS: f64 = 8.0;
+
+/// Shortest idle spell read as demand that stopped: requests reach an
+/// agent in clumps (connection pools, batches of answers), so a busy
+/// region may see no request for tens of milliseconds in mid-sale.
+pub const IDLE_MIN_MS: f64 = 300.0;
 
 /// Below this a rate counts as none: the meter falls asleep.
 const ASLEEP_BELOW_PER_S: f64 = 1e-6;
@@ -41,6 +53,7 @@ impl RateMeter {
             weight: 0.0,
             bucket_units: 0,
             bucket_start_ms: now_ms,
+            last_units_ms: now_ms,
         }
     }
 
@@ -55,6 +68,23 @@ impl RateMeter {
             self.roll(now_ms);
         }
         self.bucket_units += units;
+        self.last_units_ms = self.last_units_ms.max(now_ms);
+    }
+
+    /// The rate at `now_ms` as demand to plan for: the smoothed rate, but
+    /// once no units were asked for during [`IDLE_GAPS`] of its expected
+    /// gaps between requests and at least [`IDLE_MIN_MS`], demand has
+    /// stopped and the rate reads as at most one request per idle spell. A burst's end is then known within
+    /// tens of milliseconds instead of after several half-lives, so units
+    /// left where its buyers were can move to buyers waiting elsewhere.
+    pub fn demand_per_s(&mut self, now_ms: u64) -> f64 {
+        let rate = self.rate_per_s(now_ms);
+        let idle_ms = now_ms.saturating_sub(self.last_units_ms) as f64;
+        if rate > 0.0 && idle_ms * rate > IDLE_GAPS * 1_000.0 && idle_ms >= IDLE_MIN_MS {
+            rate.min(1_000.0 / idle_ms)
+        } else {
+            rate
+        }
     }
 
     /// The smoothed rate at `now_ms`.
@@ -142,6 +172,25 @@ mod tests {
         }
         let r = m.rate_per_s(60_250);
         assert!((r - 4_000.0).abs() < 400.0, "{r}");
+    }
+
+    /// Goal: once requests stop for many expected gaps, the demand reads
+    /// as stopped at once while the smoothed rate still decays; a steady
+    /// rate never reads as stopped.
+    #[test]
+    fn demand_stops_when_requests_stop() {
+        let mut m = RateMeter::new(0, 2_000);
+        for t in 0..1_000u64 {
+            m.record(t, 1);
+            assert!(m.demand_per_s(t) > 0.0);
+        }
+        let steady = m.demand_per_s(1_000);
+        assert!((steady - 1_000.0).abs() < 100.0, "{steady}");
+        // 1,000/s: 8 gaps are 8 ms, but a spell under 300 ms is a clump.
+        assert!(m.demand_per_s(1_100) > 500.0);
+        // 400 ms later, at most 2.5 per second; the smoothed rate is high.
+        assert!(m.demand_per_s(1_400) <= 2.5);
+        assert!(m.rate_per_s(1_400) > 300.0);
     }
 
     /// Goal: a rate that stops decays with the half-life, then the meter

@@ -579,7 +579,11 @@ impl Agent {
         }
         self.take_call = None;
         self.link_down |= link_down;
-        self.owner.handle_take_answer(None);
+        if link_down {
+            self.owner.handle_take_answer(None);
+        } else {
+            self.owner.handle_take_late();
+        }
         self.pump(now_us, out);
     }
 

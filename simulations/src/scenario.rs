@@ -417,6 +417,8 @@ pub struct TailMergeConfig {
     pub merge_horizon_ms: u64,
     /// ...plus this many round trips of the farthest region...
     pub merge_round_trips: u64,
+    /// ...where every region is at most this far (round trip, ms).
+    pub merge_rtt_max_ms: u64,
     /// A region keeps what its buyers take during this many of its round
     /// trips plus `move_overhead_ms`, beyond its share of the remainder.
     pub keep_round_trips: f64,
@@ -433,6 +435,7 @@ impl Default for TailMergeConfig {
             merge_fraction: d.merge_fraction,
             merge_horizon_ms: d.merge_horizon_ms,
             merge_round_trips: d.merge_round_trips,
+            merge_rtt_max_ms: d.merge_rtt_max_ms,
             keep_round_trips: d.keep_round_trips,
             move_overhead_ms: d.move_overhead_ms,
         }
@@ -448,6 +451,7 @@ impl TailMergeConfig {
             merge_fraction: self.merge_fraction,
             merge_horizon_ms: self.merge_horizon_ms,
             merge_round_trips: self.merge_round_trips,
+            merge_rtt_max_ms: self.merge_rtt_max_ms,
             keep_round_trips: self.keep_round_trips,
             move_overhead_ms: self.move_overhead_ms,
         }

@@ -484,7 +484,7 @@ impl SkuOwner {
         // Demand, not sales: a region starved of units still wants them.
         let was_quiet = self.rate_per_s == 0.0;
         self.rate.record(now_ms, asked);
-        self.rate_per_s = self.rate.rate_per_s(now_ms);
+        self.rate_per_s = self.demand_per_s(now_ms);
         self.sync_due |= was_quiet && self.rate_per_s > 0.0;
         for p in reserves {
             if p.deadline.passed(now_ms) {
@@ -628,6 +628,31 @@ impl SkuOwner {
                 work.plan = plan_reserves(self.ledger.available + work.granted, &quantities(&work));
             }
         }
+        self.build(work);
+    }
+
+    /// The region's demand now: the meter's, except that buyers parked
+    /// here waiting for units are demand still, however long ago they came.
+    fn demand_per_s(&mut self, now_ms: u64) -> f64 {
+        if self.parked.is_empty() {
+            self.rate.demand_per_s(now_ms)
+        } else {
+            self.rate.rate_per_s(now_ms)
+        }
+    }
+
+    /// The take was not answered before the earliest deadline of the
+    /// buyers it was for: the coordinator is slow, not known to be gone.
+    /// Nothing of theirs was written; what the take may have granted
+    /// arrives by sync. Those past their deadline are answered
+    /// REJECTED_WAIT_TIMEOUT (they waited); the others keep waiting and
+    /// ask again, instead of all being told PAUSED.
+    pub fn handle_take_late(&mut self) {
+        let Phase::Taking(mut work) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("a late take without a take");
+        };
+        work.take = TakeEnd::NotAsked;
+        self.next_take_ms = work.now_ms + TAKE_RETRY_MS;
         self.build(work);
     }
 
@@ -962,7 +987,7 @@ impl SkuOwner {
                     .insert(hold.request_key.clone(), hold.reservation(&self.sku));
             }
         }
-        self.rate_per_s = self.rate.rate_per_s(now_ms);
+        self.rate_per_s = self.demand_per_s(now_ms);
         for ret in &work.batch.returns {
             let moved = self.ledger.return_units(ret.units);
             self.check(moved);

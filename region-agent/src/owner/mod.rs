@@ -40,6 +40,15 @@ use crate::fence::Fence;
 use crate::keys::KnownKeys;
 use crate::store::{Store, StoreError};
 
+/// How a take ended, as the driver saw it.
+enum TakeEnd {
+    /// The coordinator answered.
+    Answered(TakeResponse),
+    /// It could not be asked (or refused): the buyers are told PAUSED.
+    Failed,
+    /// No answer before the earliest deadline of its buyers.
+    Late,
+}
 /// Bounds on one owner's work.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -315,7 +324,11 @@ impl Driver {
                 Io::Take(request) => {
                     let answer = self.take(&request).await;
                     self.took = true;
-                    self.owner.handle_take_answer(answer);
+                    match answer {
+                        TakeEnd::Answered(resp) => self.owner.handle_take_answer(Some(resp)),
+                        TakeEnd::Failed => self.owner.handle_take_answer(None),
+                        TakeEnd::Late => self.owner.handle_take_late(),
+                    }
                 }
                 Io::Commit(batch) => {
                     let (batch, result) = self.commit(batch).await;
@@ -387,8 +400,8 @@ impl Driver {
         }
     }
 
-    /// Asks the coordinator for units; `None` if it could not be asked.
-    async fn take(&self, request: &TakeRequest) -> Option<TakeResponse> {
+    /// Asks the coordinator for units.
+    async fn take(&self, request: &TakeRequest) -> TakeEnd {
         let link = self
             .deps
             .link
@@ -404,19 +417,19 @@ impl Driver {
         match answer {
             Ok(Ok(resp)) => {
                 link.set_down(false);
-                Some(resp)
+                TakeEnd::Answered(resp)
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "take failed; the units it asked for are not sold");
                 if matches!(error, ClientError::Unreachable(_)) {
                     link.set_down(true);
                 }
-                None
+                TakeEnd::Failed
             }
             Err(_) => {
                 // A grant it made arrives by sync like any unanswered take's.
-                tracing::warn!("no answer to a take before its buyers' deadline");
-                None
+                tracing::debug!("no answer to a take before its buyers' deadline");
+                TakeEnd::Late
             }
         }
     }
