@@ -21,7 +21,7 @@ use std::collections::{HashSet, VecDeque};
 use escrow_core::batch::{Batch, SkuRecord};
 use escrow_core::owner::{
     gate, ActReply, Action, Command, Io, OwnerConfig, Reply, ReserveReply, ReserveRequest,
-    SkuOwner, Ticket, SWEEP_INTERVAL_MS,
+    SkuOwner, Ticket, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
@@ -242,6 +242,9 @@ pub struct Agent {
     /// When a [`Timer::Wake`] is scheduled, ms since the epoch.
     wake_at_ms: Option<u64>,
     take_call: Option<u64>,
+    /// The take in flight was bounded by buyers with less than
+    /// [`TAKE_BUDGET_MIN_MS`] left: its deadline is not the coordinator's fault.
+    take_late_possible: bool,
     call_seq: u64,
     sync_call: Option<(u64, u64)>,
     /// Which scheduled [`Timer::SyncTick`] is the live one.
@@ -285,6 +288,7 @@ impl Agent {
             committing: None,
             wake_at_ms: None,
             take_call: None,
+            take_late_possible: false,
             call_seq: 0,
             sync_call: None,
             sync_gen: 0,
@@ -547,6 +551,8 @@ impl Agent {
             .take_deadline_ms()
             .map_or(u64::MAX, |at| at.saturating_mul(1_000));
         let timer = if deadline_us < timeout_us {
+            let budget_us = deadline_us.saturating_sub(now_us);
+            self.take_late_possible = budget_us < TAKE_BUDGET_MIN_MS * 1_000;
             self.timer(deadline_us.max(now_us), Timer::TakeDeadline(call))
         } else {
             self.timer(timeout_us, Timer::TakeTimeout(call))
@@ -579,10 +585,10 @@ impl Agent {
         }
         self.take_call = None;
         self.link_down |= link_down;
-        if link_down {
-            self.owner.handle_take_answer(None);
-        } else {
+        if !link_down && self.take_late_possible {
             self.owner.handle_take_late();
+        } else {
+            self.owner.handle_take_answer(None);
         }
         self.pump(now_us, out);
     }

@@ -91,6 +91,14 @@ struct PendingAct {
 /// (every batch's take in central mode) the next batch asks at once.
 pub const TAKE_RETRY_MS: u64 = 20;
 
+/// A take cut short by its buyers' deadline with less than this left to
+/// wait says nothing about the coordinator (the buyers had waited almost
+/// their whole time already): the driver reports it with
+/// [`SkuOwner::handle_take_late`]. With more left and still no answer the
+/// coordinator counts as unreachable ([`SkuOwner::handle_take_answer`]
+/// with `None`: PAUSED).
+pub const TAKE_BUDGET_MIN_MS: u64 = 500;
+
 /// How much of its recent sale rate a region asks for on top of what its
 /// waiting buyers need when it takes, in ms of sales (escrow mode only).
 pub const TAKE_PREFETCH_MS: u64 = 250;

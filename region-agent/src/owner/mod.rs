@@ -22,7 +22,7 @@ use std::time::Duration;
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord};
 use escrow_core::owner::{
     Command as OwnerCommand, CommitError, Io, OwnerConfig, Reply, SkuOwner, Ticket,
-    SWEEP_INTERVAL_MS,
+    SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use escrow_core::{Deadline, RegionName, RequestKey, Reservation};
@@ -46,7 +46,8 @@ enum TakeEnd {
     Answered(TakeResponse),
     /// It could not be asked (or refused): the buyers are told PAUSED.
     Failed,
-    /// No answer before the earliest deadline of its buyers.
+    /// No answer before the earliest deadline of its buyers, who had
+    /// less than [`TAKE_BUDGET_MIN_MS`] left to wait.
     Late,
 }
 /// Bounds on one owner's work.
@@ -426,10 +427,11 @@ impl Driver {
                 }
                 TakeEnd::Failed
             }
+            // A grant it made arrives by sync like any unanswered take's.
+            Err(_) if wait_ms < TAKE_BUDGET_MIN_MS => TakeEnd::Late,
             Err(_) => {
-                // A grant it made arrives by sync like any unanswered take's.
-                tracing::debug!("no answer to a take before its buyers' deadline");
-                TakeEnd::Late
+                tracing::warn!("no answer to a take before its buyers' deadline");
+                TakeEnd::Failed
             }
         }
     }
