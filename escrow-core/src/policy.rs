@@ -461,8 +461,7 @@ impl TailMerge {
     /// Unless `short`, a region that has not reported demand while others
     /// have is planned for as selling at the others' rate per unit of
     /// weight (its buyers' first report may still be on its way, from
-    /// farther than the others'): its part of the pool is held back for
-    /// it, but not granted, and nothing is recalled from it. When
+    /// farther than the others'), and nothing is recalled from it. When
     /// `short`, a region's buyers are waiting now: what was reported is
     /// all there is to go by.
     fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
@@ -493,15 +492,10 @@ impl TailMerge {
                 .collect();
             split_by_weight(sku.pool, &weights)
         };
-        // A region planned for by expected demand keeps its part of the
-        // pool there until it reports: a grant would take one and a half of
-        // its round trips to arrive, perhaps after its buyers are gone.
         let grants: Vec<(usize, u64)> = needy
             .iter()
             .zip(&units)
-            .filter(|((i, _), units)| {
-                **units > 0 && (short || reported.regions[*i].sale_rate_per_s > 0.0)
-            })
+            .filter(|(_, units)| **units > 0)
             .map(|((i, _), units)| (*i, *units))
             .collect();
         let mut plan = Plan {
