@@ -215,9 +215,8 @@ impl RefillSettings {
     /// Grants from the pool to every region below its low-water mark, each
     /// up to its target; when the pool cannot cover them all, it is shared
     /// in proportion to what each lacks (the busiest region does not take
-    /// it all while a quieter one's buyers wait too). Returns the grants and
-    /// what is left in the pool.
-    fn refills(&self, sku: &SkuState) -> (Vec<(usize, u64)>, u64) {
+    /// it all while a quieter one's buyers wait too).
+    fn refills(&self, sku: &SkuState) -> Refills {
         let needy: Vec<(usize, u64)> = sku
             .regions
             .iter()
@@ -242,9 +241,22 @@ impl RefillSettings {
             .filter(|(_, units)| *units > 0)
             .map(|((i, _), units)| (*i, units))
             .collect();
-        let granted: u64 = grants.iter().map(|(_, units)| units).sum();
-        (grants, sku.pool - granted)
+        Refills {
+            grants,
+            needy: needy.iter().map(|(i, _)| *i).collect(),
+            covered: wanted <= sku.pool,
+        }
     }
+}
+
+/// What [`RefillSettings::refills`] decided.
+struct Refills {
+    /// Units from the pool, by region index.
+    grants: Vec<(usize, u64)>,
+    /// Regions below their low-water mark.
+    needy: Vec<usize>,
+    /// Whether the pool covered every region's want.
+    covered: bool,
 }
 
 /// Refill from the pool when a region falls below its low-water mark.
@@ -263,7 +275,7 @@ impl Policy for RefillOnLowWater {
     }
     fn plan(&self, sku: &SkuState) -> Plan {
         Plan {
-            grants: self.settings.refills(sku).0,
+            grants: self.settings.refills(sku).grants,
             ..Plan::default()
         }
     }
@@ -473,43 +485,19 @@ impl TailMerge {
         let sku = &expected;
         let refill = &self.settings.refill;
         let ceilings = self.ceilings(sku);
-        // What each region lacks: below its low water, up to its target.
-        let needy: Vec<(usize, u64)> = sku
-            .regions
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.weight > 0 && r.on_hand() < refill.low_water(r))
-            .map(|(i, r)| (i, refill.target(r).saturating_sub(r.on_hand())))
-            .filter(|(_, want)| *want > 0)
-            .collect();
-        let wanted: u64 = needy.iter().map(|(_, want)| want).sum();
-        let units: Vec<u64> = if wanted <= sku.pool {
-            needy.iter().map(|(_, want)| *want).collect()
-        } else {
-            let weights: Vec<u32> = needy
-                .iter()
-                .map(|(_, want)| u32::try_from(*want).unwrap_or(u32::MAX))
-                .collect();
-            split_by_weight(sku.pool, &weights)
-        };
-        let grants: Vec<(usize, u64)> = needy
-            .iter()
-            .zip(&units)
-            .filter(|(_, units)| **units > 0)
-            .map(|((i, _), units)| (*i, *units))
-            .collect();
+        let refills = refill.refills(sku);
         let mut plan = Plan {
-            grants,
+            grants: refills.grants,
             ..Plan::default()
         };
-        if wanted > sku.pool || short {
+        if !refills.covered || short {
             plan.recalls = sku
                 .regions
                 .iter()
                 .zip(&ceilings)
                 .enumerate()
                 .filter(|(i, _)| {
-                    !needy.iter().any(|(n, _)| n == i)
+                    !refills.needy.contains(i)
                         && (short || reported.regions[*i].sale_rate_per_s > 0.0)
                 })
                 .filter_map(|(i, (r, ceiling))| {
