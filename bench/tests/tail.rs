@@ -102,3 +102,39 @@ async fn tail_sale_counts_add_up() {
         }
     }
 }
+
+/// Goal: at a distance (each agent behind a delay link of 20, 80 and
+/// 230 ms round trip) the default policy still sells every unit once:
+/// nothing oversold, no drift, no PAUSED, every buyer HELD or SOLD_OUT, and
+/// the per-region counts add up to the sale's, each region carrying its
+/// round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_at_a_distance_counts_add_up() {
+    Binaries::build(&CLUSTER_PACKAGES).await.unwrap();
+    let binaries = Binaries::locate(None).unwrap();
+    binaries.check_cluster().unwrap();
+    let mut shape = Shape::preset("dist-spread").unwrap();
+    shape.units = UNITS;
+    shape.buyers = BUYERS;
+    shape.window = Duration::from_millis(500);
+    let sale = shape.sale().unwrap();
+    let policy = "tail-merge";
+    let (storage, dir) = storage("distance");
+    let settings = settings(binaries, storage);
+    let run = run_policy(&settings, &sale, policy).await.unwrap();
+    let s = &run.stats;
+    assert!(s.problems().is_empty(), "{:?}", s.problems());
+    assert_eq!(s.oversold, 0);
+    assert_eq!(s.drift_total, 0);
+    assert_eq!(s.held_units as i64 + s.final_free, UNITS as i64);
+    assert_eq!(s.answers[Outcome::Paused], 0, "{}", s.answers);
+    assert_eq!(s.held_units + s.sold_out_buyers, BUYERS, "{}", s.answers);
+    let rtts: Vec<u64> = s.regions.iter().map(|r| r.rtt_ms).collect();
+    assert_eq!(rtts, vec![20, 80, 230]);
+    let holds: u64 = s.regions.iter().map(|r| r.holds).sum();
+    assert_eq!(holds, s.held_units);
+    assert!(s.regions.iter().all(|r| r.holds_under_rtt <= r.holds));
+    if let Some(dir) = dir {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

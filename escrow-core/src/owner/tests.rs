@@ -491,3 +491,43 @@ fn central_mode_returns_leftovers_at_once_and_freed_units_after_the_grace() {
     assert_eq!(h.pool, 5);
     h.check().unwrap();
 }
+
+/// Goal: a take cut short by its buyers' deadline (`handle_take_late`)
+/// tells nobody PAUSED: the buyer keeps waiting, parked, and only once its
+/// own deadline has passed is it answered REJECTED_WAIT_TIMEOUT, with
+/// nothing written; a take that failed (`handle_take_answer(None)`)
+/// answers PAUSED at once.
+#[test]
+fn a_late_take_keeps_its_buyers_waiting_until_their_deadline() {
+    let mut h = Harness::new(0, 5);
+    let late = h.reserve(1, 1, 1);
+    let late_ticket = h.next_ticket;
+    h.owner.handle_commands(h.now_ms, vec![late]);
+    let Some(Io::Take(_)) = h.owner.poll_io() else {
+        panic!("a buyer without local units asks the coordinator");
+    };
+    h.owner.handle_take_late();
+    assert!(h.owner.poll_io().is_none(), "nothing to write");
+    assert!(h.owner.poll_reply().is_none(), "nobody is answered yet");
+    assert_eq!(h.owner.parked(), 1);
+
+    h.now_ms += 10_001;
+    h.owner.handle_timeout(h.now_ms);
+    let (ticket, reply) = h.owner.poll_reply().expect("the deadline answers");
+    assert_eq!(ticket, late_ticket);
+    assert!(matches!(reply, Reply::Reserve(ReserveReply::WaitTimeout)));
+    assert_eq!(h.owner.parked(), 0);
+
+    let failed = h.reserve(2, 2, 1);
+    let failed_ticket = h.next_ticket;
+    h.owner.handle_commands(h.now_ms, vec![failed]);
+    let Some(Io::Take(_)) = h.owner.poll_io() else {
+        panic!("the second buyer asks too");
+    };
+    h.owner.handle_take_answer(None);
+    let (ticket, reply) = h.owner.poll_reply().expect("a failed take answers");
+    assert_eq!(ticket, failed_ticket);
+    assert!(matches!(reply, Reply::Reserve(ReserveReply::Paused)));
+    assert_eq!(h.owner.ledger(), h.book.ledger);
+    assert_eq!(h.book.ledger.held, 0);
+}
