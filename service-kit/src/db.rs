@@ -15,7 +15,7 @@
 //!   another process) or for the writer connection.
 //!
 //! What each service does with the connections (its SQL, its transactions)
-//! is its own.
+//! is its own; [`crate::sql`] runs that SQL on either backend.
 
 use std::str::FromStr;
 use std::time::Duration;

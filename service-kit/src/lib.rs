@@ -1,13 +1,15 @@
 //! Plumbing the coordinator and the region agent share, so both services
 //! authenticate, log, export metrics, shut down, open their database
-//! ([`db`]), serve their OpenAPI document ([`openapi`]) and bound their
-//! retention window ([`retention`]) the same way.
+//! ([`db`]) and write its SQL once for both backends ([`sql`]), serve their
+//! OpenAPI document ([`openapi`]) and bound their retention window
+//! ([`retention`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
 
 pub mod db;
 pub mod openapi;
 pub mod retention;
+pub mod sql;
 
 use std::sync::OnceLock;
 

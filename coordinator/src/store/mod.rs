@@ -93,7 +93,7 @@ impl Store {
         let base =
             u64::try_from(chrono::Utc::now().timestamp_millis()).expect("the clock is after 1970");
         Ok(Self {
-            db: Db::open(url, pool_size).await?,
+            db: Db::open(url, pool_size, &POSTGRES_MIGRATOR, &SQLITE_MIGRATOR).await?,
             notices: Arc::new(Notices::new(base)),
         })
     }
@@ -139,7 +139,7 @@ impl Store {
         sql("SELECT 1 FROM regions LIMIT 1")
             .fetch_optional(&mut tx)
             .await?;
-        tx.commit().await
+        Ok(tx.commit().await?)
     }
 }
 

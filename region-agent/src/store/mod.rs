@@ -2,15 +2,25 @@
 //!
 //! Everything the agent persists goes through [`Store`]: taking the region's
 //! fencing epoch, loading SKUs at start, committing one owner's batch in a
-//! single transaction, and the reads that answer buyers and admins. Two
-//! backends implement it with the same guarantees: [`postgres`] (the
-//! production choice, a server) and [`sqlite`] (an embedded file, the
-//! default when no URL is given). [`open`] picks one by the URL's scheme.
-//! No backend's error type crosses this interface: each maps its errors
-//! into [`StoreError`].
+//! single transaction, and the reads that answer buyers and admins. One
+//! implementation, [`SqlStore`], serves both backends with the same
+//! guarantees, its SQL written once over `service_kit::sql`: [`postgres`]
+//! (the production choice, a server) and [`sqlite`] (an embedded file, the
+//! default when no URL is given) say what each does its own way. [`open`]
+//! picks one by the URL's scheme. No driver's error type crosses this
+//! interface: its errors arrive as [`StoreError`]s.
+//!
+//! - [`sql_store`]: the store, its reads and its small writes.
+//! - [`commit`]: a group of batches committed in one transaction.
+//! - [`holds`]: the INSERT of a group's new holds, which both ways of
+//!   committing a group share.
+//! - [`rows`]: stored rows into domain types.
 
+mod commit;
+mod holds;
 pub mod postgres;
 mod rows;
+mod sql_store;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -18,9 +28,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant};
-use service_kit::db::Backend;
 
 pub use escrow_core::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
+pub use sql_store::SqlStore;
 
 /// The fencing token this process holds for its region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,21 +73,23 @@ impl BatchError {
 }
 
 /// Opens the store `url` names, creating and migrating its schema:
-/// `postgres://` or `postgresql://` for [`postgres::PgStore`] with
-/// `pool_size` connections, `sqlite://PATH` for [`sqlite::SqliteStore`]
-/// (the file is created if missing) with `pool_size` readers beside its
-/// one writer.
+/// `postgres://` or `postgresql://` with `pool_size` connections,
+/// `sqlite://PATH` (the file is created if missing) with `pool_size`
+/// readers beside its one writer.
 pub async fn open(url: &str, pool_size: u32) -> Result<Arc<dyn Store>, StoreError> {
-    match Backend::of(url).map_err(StoreError::Database)? {
-        Backend::Postgres => Ok(Arc::new(postgres::PgStore::connect(url, pool_size).await?)),
-        Backend::Sqlite => Ok(Arc::new(sqlite::SqliteStore::open(url, pool_size).await?)),
-    }
+    Ok(Arc::new(SqlStore::open(url, pool_size).await?))
 }
 
-/// A driver error as a [`StoreError`]: both backends speak sqlx, and its
-/// error type stays behind the trait.
-pub(crate) fn database(error: sqlx::Error) -> StoreError {
-    StoreError::Database(error.to_string())
+impl From<service_kit::sql::Error> for StoreError {
+    fn from(error: service_kit::sql::Error) -> Self {
+        use service_kit::sql::Error;
+        match error {
+            Error::Corrupt(why) => rows::bad_row(&why),
+            Error::CheckViolation(message) | Error::Database(message) => {
+                StoreError::Database(message)
+            }
+        }
+    }
 }
 
 /// A write to a SKU's counter row must change exactly that row; anything

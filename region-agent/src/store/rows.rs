@@ -1,30 +1,32 @@
-//! Stored rows into domain types, once for both backends.
+//! Stored rows into domain types, and domain times into stored ones.
 //!
-//! PostgreSQL and SQLite return the same columns with different types
-//! (`timestamptz` against INTEGER milliseconds, `integer` against INTEGER,
-//! `boolean` against 0/1). Each backend says how to read one column
-//! ([`Columns`]); what the columns mean, and the checks that a stored
-//! value fits its domain type, are written here once.
+//! Both backends return the same columns ([`service_kit::sql::Row`] reads
+//! either); what the columns mean, and the checks that a stored value fits
+//! its domain type, are written here once.
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{
     Ledger, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant, TtlMs, UserId,
 };
+use service_kit::sql::Row;
 
 use super::{AuditRow, SkuRecord, StoreError};
 
-/// Reading one named column of a backend's row.
-pub(crate) trait Columns {
-    /// An integer column of any width.
-    fn int(&self, name: &str) -> Result<i64, StoreError>;
-    /// A text column.
-    fn text(&self, name: &str) -> Result<String, StoreError>;
-    /// A boolean column.
-    fn flag(&self, name: &str) -> Result<bool, StoreError>;
-    /// A point in time, as ms since the epoch.
-    fn millis(&self, name: &str) -> Result<i64, StoreError>;
+/// The columns `reservation_from` reads.
+pub(crate) const RESERVATION_COLUMNS: &str =
+    "request_key, user_id, sku, qty, status, expires_at, extended";
+
+/// A time the agent's clock gave, in ms since the epoch, as bound to a
+/// statement.
+pub(crate) fn at(ms: u64) -> DateTime<Utc> {
+    // ms values come from the agent's clock plus a bounded TTL, far inside chrono's range.
+    i64::try_from(ms)
+        .ok()
+        .and_then(DateTime::from_timestamp_millis)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// A stored value that its domain type refuses: the database holds
@@ -33,9 +35,25 @@ pub(crate) fn bad_row(what: &str) -> StoreError {
     StoreError::Conflict(format!("stored row violates its type: {what}"))
 }
 
+/// A text column.
+fn text(row: &Row, name: &str) -> Result<String, StoreError> {
+    Ok(row.try_get(name)?)
+}
+
+/// A `bigint` column.
+fn int(row: &Row, name: &str) -> Result<i64, StoreError> {
+    Ok(row.try_get(name)?)
+}
+
 /// A counter column, which the schema keeps non-negative.
-pub(crate) fn counter(row: &impl Columns, name: &str) -> Result<u64, StoreError> {
-    u64::try_from(row.int(name)?).map_err(|_| bad_row(name))
+fn counter(row: &Row, name: &str) -> Result<u64, StoreError> {
+    u64::try_from(int(row, name)?).map_err(|_| bad_row(name))
+}
+
+/// A NOT NULL time column, as ms since the epoch.
+pub(crate) fn millis(row: &Row, name: &str) -> Result<i64, StoreError> {
+    let at = row.time(name)?.ok_or_else(|| bad_row(name))?;
+    Ok(at.timestamp_millis())
 }
 
 /// A request key as stored.
@@ -44,33 +62,37 @@ pub(crate) fn request_key(raw: &str) -> Result<RequestKey, StoreError> {
 }
 
 /// A quantity as stored.
-pub(crate) fn qty(raw: i64) -> Result<Qty, StoreError> {
+fn qty(raw: i32) -> Result<Qty, StoreError> {
     Ok(Qty::from_stored(
         u32::try_from(raw).map_err(|_| bad_row("qty"))?,
     ))
 }
 
-/// A reservation from `RESERVATION_COLUMNS`.
-pub(crate) fn reservation_from(row: &impl Columns) -> Result<Reservation, StoreError> {
-    let status = row.text("status")?;
+/// A tenant as stored.
+fn tenant(row: &Row) -> Result<Tenant, StoreError> {
+    Tenant::parse(&text(row, "tenant")?).map_err(|_| bad_row("tenant"))
+}
+
+/// A reservation from [`RESERVATION_COLUMNS`].
+pub(crate) fn reservation_from(row: &Row) -> Result<Reservation, StoreError> {
     Ok(Reservation {
-        request_key: request_key(&row.text("request_key")?)?,
-        user_id: UserId::parse(&row.text("user_id")?).map_err(|_| bad_row("user_id"))?,
-        sku: Sku::parse(&row.text("sku")?).map_err(|_| bad_row("sku"))?,
-        qty: qty(row.int("qty")?)?,
-        status: Status::parse(&status).ok_or_else(|| bad_row("status"))?,
-        expires_at_ms: u64::try_from(row.millis("expires_at")?)
+        request_key: request_key(&text(row, "request_key")?)?,
+        user_id: UserId::parse(&text(row, "user_id")?).map_err(|_| bad_row("user_id"))?,
+        sku: Sku::parse(&text(row, "sku")?).map_err(|_| bad_row("sku"))?,
+        qty: qty(row.try_get("qty")?)?,
+        status: Status::parse(&text(row, "status")?).ok_or_else(|| bad_row("status"))?,
+        expires_at_ms: u64::try_from(millis(row, "expires_at")?)
             .map_err(|_| bad_row("expires_at"))?,
-        extended: row.flag("extended")?,
+        extended: row.try_get("extended")?,
     })
 }
 
 /// A SKU from `SKU_SELECT`: counters, settings and row sums.
-pub(crate) fn sku_record_from(row: &impl Columns) -> Result<SkuRecord, StoreError> {
-    let max_per_user = row.int("max_per_user")?;
+pub(crate) fn sku_record_from(row: &Row) -> Result<SkuRecord, StoreError> {
+    let max_per_user: i32 = row.try_get("max_per_user")?;
     Ok(SkuRecord {
-        tenant: Tenant::parse(&row.text("tenant")?).map_err(|_| bad_row("tenant"))?,
-        sku: Sku::parse(&row.text("sku")?).map_err(|_| bad_row("sku"))?,
+        tenant: tenant(row)?,
+        sku: Sku::parse(&text(row, "sku")?).map_err(|_| bad_row("sku"))?,
         ledger: Ledger {
             available: counter(row, "available")?,
             held: counter(row, "held")?,
@@ -80,10 +102,10 @@ pub(crate) fn sku_record_from(row: &impl Columns) -> Result<SkuRecord, StoreErro
         },
         settings: SkuSettings {
             max_per_user: u32::try_from(max_per_user).map_err(|_| bad_row("max_per_user"))?,
-            hold_ttl: TtlMs::parse(row.int("hold_ttl_ms")?).map_err(|_| bad_row("hold_ttl_ms"))?,
+            hold_ttl: TtlMs::parse(int(row, "hold_ttl_ms")?).map_err(|_| bad_row("hold_ttl_ms"))?,
         },
-        paused: row.flag("paused")?,
-        mode: Mode::parse(&row.text("mode")?).ok_or_else(|| bad_row("mode"))?,
+        paused: row.try_get("paused")?,
+        mode: Mode::parse(&text(row, "mode")?).ok_or_else(|| bad_row("mode"))?,
         rows_held: counter(row, "rows_held")?,
         rows_sold: counter(row, "rows_sold")?,
         holds: Vec::new(),
@@ -110,40 +132,38 @@ pub(crate) fn with_holds(
 }
 
 /// A HELD reservation with its tenant, from `HELD_SELECT`.
-pub(crate) fn hold_from(row: &impl Columns) -> Result<(Tenant, Reservation), StoreError> {
-    let tenant = Tenant::parse(&row.text("tenant")?).map_err(|_| bad_row("tenant"))?;
-    Ok((tenant, reservation_from(row)?))
+pub(crate) fn hold_from(row: &Row) -> Result<(Tenant, Reservation), StoreError> {
+    Ok((tenant(row)?, reservation_from(row)?))
 }
 
 /// A SKU's audit line from `SKU_SELECT`.
-pub(crate) fn audit_row_from(row: &impl Columns) -> Result<AuditRow, StoreError> {
-    let (available, held, sold) = (row.int("available")?, row.int("held")?, row.int("sold")?);
-    let quota = row.int("received")? - row.int("returned")?;
+pub(crate) fn audit_row_from(row: &Row) -> Result<AuditRow, StoreError> {
+    let (available, held, sold) = (int(row, "available")?, int(row, "held")?, int(row, "sold")?);
+    let quota = int(row, "received")? - int(row, "returned")?;
     Ok(AuditRow {
-        tenant: row.text("tenant")?,
-        sku: row.text("sku")?,
+        tenant: text(row, "tenant")?,
+        sku: text(row, "sku")?,
         quota,
         available,
         held,
         sold,
         drift: available + held + sold - quota,
-        rows_drift: (row.int("rows_held")? - held).abs() + (row.int("rows_sold")? - sold).abs(),
+        rows_drift: (int(row, "rows_held")? - held).abs() + (int(row, "rows_sold")? - sold).abs(),
     })
 }
 
 /// A pending return from the outbox.
-pub(crate) fn transfer_from(row: &impl Columns) -> Result<TransferMsg, StoreError> {
+pub(crate) fn transfer_from(row: &Row) -> Result<TransferMsg, StoreError> {
     Ok(TransferMsg {
-        id: row.text("id")?,
-        tenant: row.text("tenant")?,
-        sku: row.text("sku")?,
+        id: text(row, "id")?,
+        tenant: text(row, "tenant")?,
+        sku: text(row, "sku")?,
         units: counter(row, "units")?,
     })
 }
 
 /// A deleted reservation's tenant and key, as `RETURNING tenant,
 /// request_key` gives them.
-pub(crate) fn pruned_key(row: &impl Columns) -> Result<(Tenant, RequestKey), StoreError> {
-    let tenant = Tenant::parse(&row.text("tenant")?).map_err(|_| bad_row("tenant"))?;
-    Ok((tenant, request_key(&row.text("request_key")?)?))
+pub(crate) fn pruned_key(row: &Row) -> Result<(Tenant, RequestKey), StoreError> {
+    Ok((tenant(row)?, request_key(&text(row, "request_key")?)?))
 }

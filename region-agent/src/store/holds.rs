@@ -1,38 +1,38 @@
-//! The new holds of a group of batches as the columns of one `unnest`,
+//! The new holds of a group of batches as the columns of one table,
 //! written by one INSERT.
 //!
 //! Both ways of committing a group insert its holds with the same statement
-//! ([`insert_sql`]) bound the same way ([`HoldColumns::bind`]), and read what
-//! it returned the same way ([`HoldColumns::inserted`]): inside the
-//! transaction (`insert_holds`) and as a step of the one-statement commit
-//! ([`super::one_statement`]). So a hold is judged, and its outcome mapped
-//! back to its batch, identically on either path.
+//! ([`insert_sql`]) over the same table ([`HoldColumns::table`]), and read
+//! what it returned the same way ([`HoldColumns::inserted`]): inside the
+//! transaction ([`super::commit`]) and, on PostgreSQL, as a step of the
+//! one-statement commit ([`super::postgres`]). So a hold is judged, and its
+//! outcome mapped back to its batch, identically on either path.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
-use sqlx::Postgres;
+use escrow_core::Qty;
+use service_kit::db::Backend;
+use service_kit::sql::Table;
 
-use super::{ts, Batch, StoreError};
+use super::rows::at;
+use super::{Batch, StoreError};
 
-/// The INSERT of the holds bound by [`HoldColumns::bind`] (`$1` to `$7`),
-/// in the order given, with `guard` (a WHERE clause, or nothing) deciding
-/// whether any row is inserted at all. A conflict on the key (a replay) or
-/// on the one-active-per-user index skips the row; RETURNING names the rows
-/// inserted, with the units their counters move by.
-pub(super) fn insert_sql(guard: &str) -> String {
+/// The INSERT of the holds of `table` ([`HoldColumns::table`], bound from
+/// `$1` on), in the order given, with `guard` (a WHERE clause, or nothing)
+/// deciding whether any row is inserted at all. A conflict on the key (a
+/// replay) or on the one-active-per-user index skips the row; RETURNING
+/// names the rows inserted.
+pub(super) fn insert_sql(table: &Table<'_>, backend: Backend, guard: &str) -> String {
     format!(
         "INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
          SELECT u.tenant, u.request_key, u.sku, u.user_id, u.qty, 'HELD', u.expires_at, u.created_at
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-                     $7::timestamptz[])
-              WITH ORDINALITY AS u(tenant, sku, request_key, user_id, qty, expires_at, created_at, n)
+         FROM {}
          {guard}
          ORDER BY u.n
          ON CONFLICT DO NOTHING
-         RETURNING tenant, sku, request_key, qty"
+         RETURNING tenant, sku, request_key, qty",
+        table.sql(backend, 1)
     )
 }
 
@@ -50,7 +50,7 @@ pub(super) struct HoldColumns<'a> {
     skus: Vec<&'a str>,
     keys: Vec<&'a str>,
     users: Vec<&'a str>,
-    qtys: Vec<i32>,
+    qtys: Vec<Qty>,
     expiries: Vec<DateTime<Utc>>,
     created: Vec<DateTime<Utc>>,
 }
@@ -77,10 +77,9 @@ impl<'a> HoldColumns<'a> {
                 columns.skus.push(batch.sku.as_str());
                 columns.keys.push(hold.request_key.as_str());
                 columns.users.push(hold.user_id.as_str());
-                // A quantity is at most its SKU's max_per_user, itself at most 1000.
-                columns.qtys.push(hold.qty.get() as i32);
-                columns.expiries.push(ts(hold.expires_at_ms));
-                columns.created.push(ts(batch.now_ms));
+                columns.qtys.push(hold.qty);
+                columns.expiries.push(at(hold.expires_at_ms));
+                columns.created.push(at(batch.now_ms));
             }
         }
         columns
@@ -91,28 +90,28 @@ impl<'a> HoldColumns<'a> {
         self.origin.is_empty()
     }
 
-    /// Binds the columns as `$1` to `$7` of [`insert_sql`].
-    pub(super) fn bind<'q>(
-        &'q self,
-        query: Query<'q, Postgres, PgArguments>,
-    ) -> Query<'q, Postgres, PgArguments> {
-        query
-            .bind(&self.tenants)
-            .bind(&self.skus)
-            .bind(&self.keys)
-            .bind(&self.users)
-            .bind(&self.qtys)
-            .bind(&self.expiries)
-            .bind(&self.created)
+    /// The holds as the table `u` of [`insert_sql`]: tenant, SKU, request
+    /// key, user, quantity, expiry and creation, in that order.
+    pub(super) fn table(&self) -> Table<'a> {
+        // A quantity is at most its SKU's max_per_user, itself at most 1000.
+        let qtys: Vec<i32> = self.qtys.iter().map(|qty| qty.get() as i32).collect();
+        Table::new("u")
+            .column("tenant", self.tenants.clone())
+            .column("sku", self.skus.clone())
+            .column("request_key", self.keys.clone())
+            .column("user_id", self.users.clone())
+            .column("qty", qtys)
+            .column("expires_at", self.expiries.clone())
+            .column("created_at", self.created.clone())
     }
 
     /// For each batch, whether each of its holds was inserted, from the
-    /// rows the INSERT returned; `moved(batch, units)` is called once per
+    /// rows the INSERT returned; `moved(batch, qty)` is called once per
     /// inserted row with the units its batch's counters move by.
     pub(super) fn inserted(
         &self,
         returned: impl IntoIterator<Item = Returned>,
-        mut moved: impl FnMut(usize, i64),
+        mut moved: impl FnMut(usize, Qty) -> Result<(), StoreError>,
     ) -> Result<Vec<Vec<bool>>, StoreError> {
         let mut inserted: Vec<Vec<bool>> = self
             .holds_per_batch
@@ -128,7 +127,7 @@ impl<'a> HoldColumns<'a> {
                 .ok_or_else(|| StoreError::Conflict("inserted a key not in the batch".into()))?;
             let (b, h) = self.origin[i];
             inserted[b][h] = true;
-            moved(b, i64::from(self.qtys[i]));
+            moved(b, self.qtys[i])?;
         }
         Ok(inserted)
     }

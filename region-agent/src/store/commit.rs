@@ -1,0 +1,491 @@
+//! A group of batches committed in one transaction, the same SQL on both
+//! backends.
+//!
+//! Every write is conditional and its affected-row count is checked: the
+//! lease row read with this process's epoch ([`check_lease`]), holds
+//! inserted with `ON CONFLICT DO NOTHING` (the primary key judges
+//! idempotency, the partial unique index the per-user limit), transitions
+//! applied in the order the owner decided them and guarded by
+//! `status = 'HELD'` and the expiry, and the counter update checked by the
+//! table's CHECK constraints. The group is one transaction: all of it or
+//! none. In order: the lease; each batch's transitions, changes, grants
+//! and returns ([`apply_batch`]); every batch's holds ([`insert_holds`]);
+//! every batch's counters ([`move_counters`]). A batch whose own writes
+//! fail, or whose counters cannot move, is named in the error, so the
+//! committer can answer it alone.
+//!
+//! How much each counter moves is not re-derived here: each move the
+//! database confirmed is made on a [`Moves`] ledger by escrow-core's own
+//! rules ([`Transition::apply_to_ledger`], [`Ledger::hold`], ...).
+
+use std::collections::{HashMap, HashSet};
+
+use escrow_core::{Ledger, LedgerError, Qty, RequestKey, Transition};
+use service_kit::sql::{self, sql, Table, Tx};
+
+use super::holds::HoldColumns;
+use super::rows::at;
+use super::{Batch, BatchError, BatchOutcome, Epoch, StockChange, StoreError};
+
+/// Reads the lease row with our epoch, locking it FOR SHARE on PostgreSQL
+/// (SQLite's write transaction holds the file's write lock already), so a
+/// takeover waits for this transaction, and a transaction after a
+/// takeover finds no row.
+pub(super) async fn check_lease(tx: &mut Tx, epoch: Epoch) -> Result<(), StoreError> {
+    let text = format!(
+        "SELECT 1 FROM region_lease WHERE epoch = $1 {}",
+        tx.locking("FOR SHARE")
+    );
+    let row = sql(text).bind(epoch.0).fetch_optional(tx).await?;
+    row.map(|_| ()).ok_or(StoreError::Fenced)
+}
+
+/// Commits `batches` in `tx`, a write transaction: the lease, each batch's
+/// own writes, every batch's holds and counters. Any group can take this
+/// path; a batch whose own writes fail is named.
+pub(super) async fn in_transaction(
+    mut tx: Tx,
+    epoch: Epoch,
+    batches: &[&Batch],
+) -> Result<Vec<BatchOutcome>, BatchError> {
+    check_lease(&mut tx, epoch)
+        .await
+        .map_err(BatchError::whole)?;
+    let mut applied = Vec::with_capacity(batches.len());
+    for (index, batch) in batches.iter().enumerate() {
+        applied.push(
+            apply_batch(&mut tx, batch)
+                .await
+                .map_err(|error| BatchError {
+                    batch: Some(index),
+                    error,
+                })?,
+        );
+    }
+    let inserted = insert_holds(&mut tx, batches, &mut applied)
+        .await
+        .map_err(BatchError::whole)?;
+    move_counters(&mut tx, batches, &applied).await?;
+    let outcomes = applied
+        .into_iter()
+        .zip(inserted)
+        .map(|(applied, inserted)| BatchOutcome {
+            inserted,
+            applied_grants: applied.applied_grants,
+        })
+        .collect();
+    tx.commit().await.map_err(|e| BatchError::whole(e.into()))?;
+    Ok(outcomes)
+}
+
+/// The counter moves of one batch, made by the ledger's own rules on a
+/// ledger that starts at [`ORIGIN`]: what the batch adds to a stored
+/// counter is where that counter ended minus where it started.
+#[derive(Debug)]
+struct Moves(Ledger);
+
+/// Where every batch's moves start: balanced, and 2^60 units from zero in
+/// each counter, more than any SKU holds. So no batch's moves take a
+/// counter to zero (the ledger refuses none the database made), nor 2^63
+/// units from where it started (the difference fits a stored `bigint`).
+const ORIGIN: Ledger = Ledger {
+    available: 1 << 60,
+    held: 1 << 60,
+    sold: 1 << 60,
+    received: 4 << 60,
+    returned: 1 << 60,
+};
+
+impl Moves {
+    fn new() -> Self {
+        Self(ORIGIN)
+    }
+
+    /// Whether the batch moves no counter.
+    fn is_zero(&self) -> bool {
+        self.0 == ORIGIN
+    }
+
+    /// How far the batch moves the counter `counter` picks.
+    fn of(&self, counter: fn(&Ledger) -> u64) -> i64 {
+        let moved = i128::from(counter(&self.0)) - i128::from(counter(&ORIGIN));
+        // No batch moves a counter 2^63 units from its origin (see ORIGIN).
+        i64::try_from(moved).expect("a batch moves a counter by less than 2^63 units")
+    }
+
+    /// A move the ledger refused: a batch of more units than any SKU holds.
+    fn refused(error: LedgerError) -> StoreError {
+        StoreError::Conflict(format!("a batch beyond any SKU's units: {error}"))
+    }
+}
+
+/// What one batch wrote before the shared statements: its counter moves
+/// so far and the grants the database credited.
+#[derive(Debug)]
+struct Applied {
+    moves: Moves,
+    applied_grants: Vec<String>,
+}
+
+/// Applies what one batch writes besides its holds and counters, inside
+/// `tx`: transitions (expiries among them), changes, grants and returns.
+///
+/// Holds come after all of these ([`insert_holds`]): no transition names a
+/// key inserted in the same batch, and a release frees its user for a new
+/// hold. Counters move once, at the end ([`move_counters`]), so no step
+/// sees another's partial sums.
+async fn apply_batch(tx: &mut Tx, batch: &Batch) -> Result<Applied, StoreError> {
+    let mut moves = Moves::new();
+    for round in rounds(&batch.transitions) {
+        apply_round(tx, batch, &round, &mut moves).await?;
+    }
+    apply_changes(tx, batch, &mut moves).await?;
+    let applied_grants = apply_grants(tx, batch, &mut moves).await?;
+    debit_returns(tx, batch, &mut moves).await?;
+    Ok(Applied {
+        moves,
+        applied_grants,
+    })
+}
+
+/// One decided transition of a batch: the key, its units, the change.
+type Decided = (RequestKey, Qty, Transition);
+
+/// Splits transitions into rounds so that each key's transitions commit in
+/// the order the owner decided them: an extend then a confirm of one hold
+/// must extend the HELD row and then sell it, not find it SOLD already.
+///
+/// Round `n` holds every key's `n`-th transition, in decision order. Keys
+/// within a round are distinct, so its statements touch disjoint rows and
+/// may run over lists, one per kind, each checked to change exactly its
+/// rows; rounds run one after the other. A batch that changes each key once
+/// (nearly all of them) is one round of at most four statements.
+fn rounds(transitions: &[Decided]) -> Vec<Vec<&Decided>> {
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(transitions.len());
+    let mut rounds: Vec<Vec<&Decided>> = Vec::new();
+    for decided in transitions {
+        let n = seen.entry(decided.0.as_str()).or_insert(0);
+        // A key's earlier transitions filled rounds 0..n, so round n exists or is next.
+        if *n == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(decided);
+        *n += 1;
+    }
+    rounds
+}
+
+/// Applies transitions of distinct keys, one conditional statement per
+/// kind; the units of each move once its statement changed every row.
+async fn apply_round(
+    tx: &mut Tx,
+    batch: &Batch,
+    round: &[&Decided],
+    moves: &mut Moves,
+) -> Result<(), StoreError> {
+    let backend = tx.backend();
+    let now = at(batch.now_ms);
+    for kind in [Transition::Confirm, Transition::Release, Transition::Expire] {
+        let settled: Vec<&Decided> = round.iter().copied().filter(|d| d.2 == kind).collect();
+        if settled.is_empty() {
+            continue;
+        }
+        // An expiry finds the hold due, any other change finds it not yet due.
+        let due = if kind == Transition::Expire {
+            "<="
+        } else {
+            ">"
+        };
+        let text = format!(
+            "UPDATE reservations SET status = '{}'
+             WHERE tenant = $1 AND sku = $2 AND request_key = {} AND status = 'HELD' AND expires_at {due} $4",
+            kind.target().as_str(),
+            backend.any("$3")
+        );
+        let changed = sql(text)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(settled.iter().map(|d| d.0.as_str()).collect::<Vec<_>>())
+            .bind(now)
+            .execute(tx)
+            .await?;
+        every_row(changed, settled.len(), "transition")?;
+        settle(settled, moves)?;
+    }
+    let extended: Vec<(&Decided, u64)> = round
+        .iter()
+        .filter_map(|d| match d.2 {
+            Transition::Extend { expires_at_ms } => Some((*d, expires_at_ms)),
+            _ => None,
+        })
+        .collect();
+    if extended.is_empty() {
+        return Ok(());
+    }
+    let table = Table::new("u")
+        .column(
+            "request_key",
+            extended
+                .iter()
+                .map(|(d, _)| d.0.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .column(
+            "until",
+            extended
+                .iter()
+                .map(|(_, until)| at(*until))
+                .collect::<Vec<_>>(),
+        );
+    let text = format!(
+        "UPDATE reservations AS r SET expires_at = u.until, extended = TRUE
+         FROM {}
+         WHERE r.tenant = $1 AND r.sku = $2 AND r.request_key = u.request_key
+           AND r.status = 'HELD' AND NOT r.extended AND r.expires_at > $5",
+        table.sql(backend, 3)
+    );
+    let changed = sql(text)
+        .bind(batch.tenant.as_str())
+        .bind(batch.sku.as_str())
+        .bind_table(table)
+        .bind(now)
+        .execute(tx)
+        .await?;
+    every_row(changed, extended.len(), "extend")?;
+    settle(extended.iter().map(|(d, _)| *d), moves)
+}
+
+/// A statement over `rows` rows must change every one of them.
+fn every_row(changed: u64, rows: usize, what: &str) -> Result<(), StoreError> {
+    if changed == rows as u64 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "{what} changed {changed} of {rows} rows"
+        )))
+    }
+}
+
+/// Moves the units of transitions the database made.
+fn settle<'a>(
+    settled: impl IntoIterator<Item = &'a Decided>,
+    moves: &mut Moves,
+) -> Result<(), StoreError> {
+    for (_, qty, transition) in settled {
+        transition
+            .apply_to_ledger(&mut moves.0, *qty)
+            .map_err(Moves::refused)?;
+    }
+    Ok(())
+}
+
+/// Applies stock deltas to the batch's moves and writes settings, mode and
+/// pause, each required to change the SKU's row.
+async fn apply_changes(tx: &mut Tx, batch: &Batch, moves: &mut Moves) -> Result<(), StoreError> {
+    for change in &batch.changes {
+        let set = match *change {
+            StockChange::Receive(units) => {
+                moves.0.receive(units);
+                continue;
+            }
+            StockChange::Return(units) => {
+                moves.0.return_units(units).map_err(Moves::refused)?;
+                continue;
+            }
+            StockChange::Settings(_) => "max_per_user = $3, hold_ttl_ms = $4",
+            StockChange::Mode(_) => "mode = $3",
+            StockChange::Pause(_) => "paused = $3",
+        };
+        let text = format!(
+            "UPDATE sku_stock SET {set}, updated_at = {} WHERE tenant = $1 AND sku = $2",
+            tx.backend().now()
+        );
+        let statement = sql(text)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str());
+        let statement = match *change {
+            StockChange::Settings(settings) => statement
+                .bind(settings.max_per_user as i32)
+                .bind(settings.hold_ttl.get() as i64),
+            StockChange::Mode(mode) => statement.bind(mode.as_str()),
+            StockChange::Pause(paused) => statement.bind(paused),
+            StockChange::Receive(_) | StockChange::Return(_) => statement,
+        };
+        super::one_sku_row(statement.execute(tx).await?)?;
+    }
+    Ok(())
+}
+
+/// Credits grants not seen before; the primary key of `applied_grants`
+/// makes a duplicate delivery a no-op.
+async fn apply_grants(
+    tx: &mut Tx,
+    batch: &Batch,
+    moves: &mut Moves,
+) -> Result<Vec<String>, StoreError> {
+    if batch.grants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let table = Table::new("u")
+        .column(
+            "id",
+            batch
+                .grants
+                .iter()
+                .map(|g| g.id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .column(
+            "units",
+            batch
+                .grants
+                .iter()
+                .map(|g| g.units as i64)
+                .collect::<Vec<_>>(),
+        );
+    let text = format!(
+        "INSERT INTO applied_grants (id, tenant, sku, units, applied_at)
+         SELECT u.id, $1, $2, u.units, $5 FROM {}
+         ORDER BY u.n
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, units",
+        table.sql(tx.backend(), 3)
+    );
+    let rows = sql(text)
+        .bind(batch.tenant.as_str())
+        .bind(batch.sku.as_str())
+        .bind_table(table)
+        // The agent's clock, as prune's cut: the database's may differ.
+        .bind(at(batch.now_ms))
+        .fetch_all(tx)
+        .await?;
+    let mut applied = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let units: i64 = row.try_get("units")?;
+        moves
+            .0
+            .receive(u64::try_from(units).map_err(|_| super::rows::bad_row("units"))?);
+        applied.push(row.try_get("id")?);
+    }
+    Ok(applied)
+}
+
+/// Debits returns and records them in the outbox, in the same transaction.
+async fn debit_returns(tx: &mut Tx, batch: &Batch, moves: &mut Moves) -> Result<(), StoreError> {
+    for ret in &batch.returns {
+        sql("INSERT INTO outbox_returns (id, tenant, sku, units) VALUES ($1, $2, $3, $4)")
+            .bind(&ret.id)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(ret.units as i64)
+            .execute(tx)
+            .await?;
+        moves.0.return_units(ret.units).map_err(Moves::refused)?;
+    }
+    Ok(())
+}
+
+/// Inserts the holds of every batch in one statement ([`super::holds`]);
+/// each row it inserted moves its batch's counters.
+async fn insert_holds(
+    tx: &mut Tx,
+    batches: &[&Batch],
+    applied: &mut [Applied],
+) -> Result<Vec<Vec<bool>>, StoreError> {
+    let columns = HoldColumns::new(batches);
+    if columns.is_empty() {
+        return columns.inserted(Vec::new(), |_, _| Ok(()));
+    }
+    let table = columns.table();
+    let text = super::holds::insert_sql(&table, tx.backend(), "");
+    let rows = sql(text).bind_table(table).fetch_all(tx).await?;
+    let returned = rows
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("tenant")?,
+                row.try_get("sku")?,
+                row.try_get("request_key")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    columns.inserted(returned, |b, qty| {
+        applied[b].moves.0.hold(qty.units()).map_err(Moves::refused)
+    })
+}
+
+/// Moves the counters of every batch that changed any in one conditional
+/// statement. The hot rows are touched last; the WHERE clause refuses a
+/// move that would take `available` below zero, and the CHECK constraints
+/// any that would unbalance a ledger. A batch whose row did not move is
+/// named in the error, so the committer can answer it alone.
+async fn move_counters(
+    tx: &mut Tx,
+    batches: &[&Batch],
+    applied: &[Applied],
+) -> Result<(), BatchError> {
+    let moving: Vec<usize> = (0..batches.len())
+        .filter(|&b| !applied[b].moves.is_zero())
+        .collect();
+    if moving.is_empty() {
+        return Ok(());
+    }
+    let column = |counter: fn(&Ledger) -> u64| -> Vec<i64> {
+        moving
+            .iter()
+            .map(|&b| applied[b].moves.of(counter))
+            .collect()
+    };
+    let tenants: Vec<&str> = moving.iter().map(|&b| batches[b].tenant.as_str()).collect();
+    let skus: Vec<&str> = moving.iter().map(|&b| batches[b].sku.as_str()).collect();
+    let table = Table::new("d")
+        .column("of_tenant", tenants.clone())
+        .column("of_sku", skus.clone())
+        .column("available", column(|l| l.available))
+        .column("held", column(|l| l.held))
+        .column("sold", column(|l| l.sold))
+        .column("received", column(|l| l.received))
+        .column("returned", column(|l| l.returned));
+    let text = format!(
+        "UPDATE sku_stock AS s
+         SET available = s.available + d.available, held = s.held + d.held,
+             sold = s.sold + d.sold, received = s.received + d.received,
+             returned = s.returned + d.returned, updated_at = {}
+         FROM {}
+         WHERE s.tenant = d.of_tenant AND s.sku = d.of_sku AND s.available + d.available >= 0
+         RETURNING tenant, sku",
+        tx.backend().now(),
+        table.sql(tx.backend(), 1)
+    );
+    let rows = sql(text)
+        .bind_table(table)
+        .fetch_all(tx)
+        .await
+        .map_err(|e| {
+            BatchError::whole(match e {
+                sql::Error::CheckViolation(_) => {
+                    StoreError::Conflict("counter update refused by a CHECK constraint".into())
+                }
+                other => other.into(),
+            })
+        })?;
+    let mut moved = HashSet::with_capacity(rows.len());
+    for row in &rows {
+        let tenant: String = row
+            .try_get("tenant")
+            .map_err(|e| BatchError::whole(e.into()))?;
+        let sku: String = row
+            .try_get("sku")
+            .map_err(|e| BatchError::whole(e.into()))?;
+        moved.insert((tenant, sku));
+    }
+    match (0..moving.len())
+        .position(|i| !moved.contains(&(tenants[i].to_owned(), skus[i].to_owned())))
+    {
+        None => Ok(()),
+        Some(i) => Err(BatchError {
+            batch: Some(moving[i]),
+            error: StoreError::Conflict("not enough units available".into()),
+        }),
+    }
+}

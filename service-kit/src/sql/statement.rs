@@ -1,0 +1,427 @@
+//! Statements: their text, the values bound to their `$n` parameters, and
+//! running them on either backend.
+//!
+//! Scalars bind alike on both. A [`List`] binds as an array on PostgreSQL,
+//! one statement for all its elements; SQLite, which has no arrays, runs
+//! the statement once per element, each run binding that element where the
+//! list stands (see the parent module on what that asks of the statement).
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use futures_util::TryStreamExt;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::sqlite::SqliteArguments;
+use sqlx::{Database, Encode, Postgres, Sqlite, Type};
+
+use super::sealed::Link;
+use super::{driver, Error, Row, RowOf, Session};
+use crate::db::Backend;
+
+/// One value bound to a statement's parameter.
+#[derive(Debug, Clone)]
+pub enum Arg<'a> {
+    /// `bigint` / INTEGER.
+    Int(i64),
+    /// `integer` / INTEGER.
+    Int4(i32),
+    /// `double precision` / REAL.
+    Real(f64),
+    /// `boolean` / INTEGER 0 or 1.
+    Flag(bool),
+    /// `text` / TEXT; `None` is NULL.
+    Text(Option<Cow<'a, str>>),
+    /// `timestamptz` / INTEGER ms; `None` is NULL.
+    Time(Option<DateTime<Utc>>),
+    /// A list: an array on PostgreSQL, one element per run on SQLite.
+    List(List<'a>),
+}
+
+/// The values of a list parameter, all of one type.
+#[derive(Debug, Clone)]
+pub enum List<'a> {
+    /// `text[]` / TEXT.
+    Text(Vec<&'a str>),
+    /// `bigint[]` / INTEGER.
+    Int(Vec<i64>),
+    /// `integer[]` / INTEGER.
+    Int4(Vec<i32>),
+    /// `timestamptz[]` / INTEGER ms.
+    Time(Vec<DateTime<Utc>>),
+}
+
+impl List<'_> {
+    /// How many elements it has.
+    fn len(&self) -> usize {
+        match self {
+            List::Text(values) => values.len(),
+            List::Int(values) => values.len(),
+            List::Int4(values) => values.len(),
+            List::Time(values) => values.len(),
+        }
+    }
+
+    /// Its PostgreSQL array type.
+    fn array_type(&self) -> &'static str {
+        match self {
+            List::Text(_) => "text[]",
+            List::Int(_) => "bigint[]",
+            List::Int4(_) => "int[]",
+            List::Time(_) => "timestamptz[]",
+        }
+    }
+}
+
+/// `From` for each value type bound as it is.
+macro_rules! arg_from {
+    ($($value:ty => $variant:ident),+ $(,)?) => {$(
+        impl From<$value> for Arg<'_> {
+            fn from(value: $value) -> Self {
+                Arg::$variant(value)
+            }
+        }
+    )+};
+}
+
+arg_from!(
+    i64 => Int,
+    i32 => Int4,
+    f64 => Real,
+    bool => Flag,
+    Option<DateTime<Utc>> => Time,
+);
+
+/// `From` for each element type a list holds, as a [`List`] and as an
+/// [`Arg`].
+macro_rules! list_from {
+    ($($element:ty => $variant:ident),+ $(,)?) => {$(
+        impl<'a> From<Vec<$element>> for List<'a> {
+            fn from(values: Vec<$element>) -> Self {
+                List::$variant(values)
+            }
+        }
+
+        impl<'a> From<Vec<$element>> for Arg<'a> {
+            fn from(values: Vec<$element>) -> Self {
+                Arg::List(List::$variant(values))
+            }
+        }
+    )+};
+}
+
+list_from!(
+    &'a str => Text,
+    i64 => Int,
+    i32 => Int4,
+    DateTime<Utc> => Time,
+);
+
+impl<'a, T: AsRef<str> + ?Sized> From<&'a T> for Arg<'a> {
+    fn from(value: &'a T) -> Self {
+        Arg::Text(Some(Cow::Borrowed(value.as_ref())))
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::Text(value.map(Cow::Borrowed))
+    }
+}
+
+impl From<Option<String>> for Arg<'_> {
+    fn from(value: Option<String>) -> Self {
+        Arg::Text(value.map(Cow::Owned))
+    }
+}
+
+impl From<DateTime<Utc>> for Arg<'_> {
+    fn from(at: DateTime<Utc>) -> Self {
+        Arg::Time(Some(at))
+    }
+}
+
+/// Lists of equal length read as the rows of a table: `unnest` of arrays
+/// on PostgreSQL, on SQLite a table of one row, that of the run.
+///
+/// The table has a column per list, named as given, and `n`, the row's
+/// place from 1 (on SQLite always 1, as each run has one row), to keep the
+/// lists' order where it matters (`ORDER BY n`).
+#[derive(Debug, Clone)]
+pub struct Table<'a> {
+    alias: &'static str,
+    columns: Vec<(&'static str, List<'a>)>,
+}
+
+impl<'a> Table<'a> {
+    /// A table with no columns yet, named `alias` in the statement.
+    pub fn new(alias: &'static str) -> Self {
+        Self {
+            alias,
+            columns: Vec::new(),
+        }
+    }
+
+    /// Adds the column `name` holding `values`, as many as every other
+    /// column's (a table of columns of different lengths is a bug).
+    pub fn column(mut self, name: &'static str, values: impl Into<List<'a>>) -> Self {
+        let values = values.into();
+        if let Some((_, first)) = self.columns.first() {
+            assert_eq!(first.len(), values.len(), "column {name} of {}", self.alias);
+        }
+        self.columns.push((name, values));
+        self
+    }
+
+    /// The table as a FROM item, its columns bound from parameter `first`
+    /// on, in order ([`Statement::bind_table`]).
+    pub fn sql(&self, backend: Backend, first: usize) -> String {
+        let params = (first..).map(|n| format!("${n}"));
+        let names: Vec<&str> = self.columns.iter().map(|(name, _)| *name).collect();
+        match backend {
+            Backend::Postgres => {
+                let arrays: Vec<String> = params
+                    .zip(&self.columns)
+                    .map(|(param, (_, values))| format!("{param}::{}", values.array_type()))
+                    .collect();
+                format!(
+                    "unnest({}) WITH ORDINALITY AS {}({}, n)",
+                    arrays.join(", "),
+                    self.alias,
+                    names.join(", ")
+                )
+            }
+            Backend::Sqlite => {
+                let values: Vec<String> = params
+                    .zip(&names)
+                    .map(|(param, name)| format!("{param} AS {name}"))
+                    .collect();
+                format!("(SELECT {}, 1 AS n) AS {}", values.join(", "), self.alias)
+            }
+        }
+    }
+}
+
+/// A statement and the values of its `$n` parameters, in order.
+#[derive(Debug, Clone)]
+pub struct Statement<'a> {
+    text: Cow<'a, str>,
+    args: Vec<Arg<'a>>,
+}
+
+/// A statement of `text`, to [`Statement::bind`] its parameters to.
+pub fn sql<'a>(text: impl Into<Cow<'a, str>>) -> Statement<'a> {
+    Statement {
+        text: text.into(),
+        args: Vec::new(),
+    }
+}
+
+impl<'a> Statement<'a> {
+    /// Binds the next parameter.
+    pub fn bind(mut self, value: impl Into<Arg<'a>>) -> Self {
+        self.args.push(value.into());
+        self
+    }
+
+    /// Binds the columns of `table` as the next parameters, in order.
+    pub fn bind_table(mut self, table: Table<'a>) -> Self {
+        self.args.extend(
+            table
+                .columns
+                .into_iter()
+                .map(|(_, values)| Arg::List(values)),
+        );
+        self
+    }
+
+    /// Runs the statement on `on`; the number of rows it changed.
+    pub async fn execute(self, on: &mut impl Session) -> Result<u64, Error> {
+        match on.link() {
+            Link::Postgres(conn) => postgres_query(&self)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(driver),
+            Link::Sqlite(conn) => {
+                let mut changed = 0;
+                for run in 0..self.runs() {
+                    changed += sqlite_query(&self, run)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(driver)?
+                        .rows_affected();
+                }
+                Ok(changed)
+            }
+        }
+    }
+
+    /// Every row the query returns on `on`.
+    pub async fn fetch_all(self, on: &mut impl Session) -> Result<Vec<Row>, Error> {
+        let mut rows = Vec::new();
+        self.for_each(on, |row| {
+            rows.push(row);
+            Ok::<_, Error>(())
+        })
+        .await?;
+        Ok(rows)
+    }
+
+    /// The first row the query returns on `on`, if any (each query run so
+    /// reads at most one row: by its key, or with `LIMIT 1`).
+    pub async fn fetch_optional(self, on: &mut impl Session) -> Result<Option<Row>, Error> {
+        Ok(self.fetch_all(on).await?.into_iter().next())
+    }
+
+    /// Calls `each` with every row the query returns on `on`, as they
+    /// stream in, so that no more than one is in memory at a time.
+    pub async fn for_each<E: From<Error>>(
+        self,
+        on: &mut impl Session,
+        mut each: impl FnMut(Row) -> Result<(), E> + Send,
+    ) -> Result<(), E> {
+        match on.link() {
+            Link::Postgres(conn) => {
+                let mut rows = postgres_query(&self).fetch(conn);
+                while let Some(row) = rows.try_next().await.map_err(driver)? {
+                    each(Row(RowOf::Postgres(row)))?;
+                }
+            }
+            Link::Sqlite(conn) => {
+                for run in 0..self.runs() {
+                    let mut rows = sqlite_query(&self, run).fetch(&mut *conn);
+                    while let Some(row) = rows.try_next().await.map_err(driver)? {
+                        each(Row(RowOf::Sqlite(row)))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many times SQLite runs the statement: once per element of its
+    /// lists, which all have as many; once if it has none.
+    fn runs(&self) -> usize {
+        let mut lengths = self.args.iter().filter_map(|arg| match arg {
+            Arg::List(values) => Some(values.len()),
+            _ => None,
+        });
+        let Some(runs) = lengths.next() else {
+            return 1;
+        };
+        assert!(
+            lengths.all(|length| length == runs),
+            "the lists of one statement differ in length: {}",
+            self.text
+        );
+        runs
+    }
+}
+
+/// `statement` as a PostgreSQL query: times as `timestamptz`, lists as arrays.
+fn postgres_query<'q>(statement: &'q Statement<'q>) -> Query<'q, Postgres, PgArguments> {
+    bound(
+        statement,
+        |at| at,
+        |query, values| match values {
+            List::Text(values) => query.bind(values),
+            List::Int(values) => query.bind(values),
+            List::Int4(values) => query.bind(values),
+            List::Time(values) => query.bind(values),
+        },
+    )
+}
+
+/// `statement` as a SQLite query for run `run`: times as ms since the
+/// epoch, each list as its element `run`.
+fn sqlite_query<'q>(
+    statement: &'q Statement<'q>,
+    run: usize,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    bound(
+        statement,
+        |at| at.timestamp_millis(),
+        |query, values| match values {
+            List::Text(values) => query.bind(values[run]),
+            List::Int(values) => query.bind(values[run]),
+            List::Int4(values) => query.bind(values[run]),
+            List::Time(values) => query.bind(values[run].timestamp_millis()),
+        },
+    )
+}
+
+/// `statement` as a driver's query for backend `DB`, with times stored as
+/// `time` makes them and lists bound by `list`.
+fn bound<'q, DB, T>(
+    statement: &'q Statement<'q>,
+    time: fn(DateTime<Utc>) -> T,
+    list: impl Fn(
+        Query<'q, DB, <DB as Database>::Arguments<'q>>,
+        &'q List<'q>,
+    ) -> Query<'q, DB, <DB as Database>::Arguments<'q>>,
+) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
+where
+    DB: Database,
+    Option<T>: Encode<'q, DB> + Type<DB> + 'q,
+    i64: Encode<'q, DB> + Type<DB>,
+    i32: Encode<'q, DB> + Type<DB>,
+    f64: Encode<'q, DB> + Type<DB>,
+    bool: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+{
+    let mut query = sqlx::query(&statement.text);
+    for arg in &statement.args {
+        query = match arg {
+            Arg::Int(value) => query.bind(*value),
+            Arg::Int4(value) => query.bind(*value),
+            Arg::Real(value) => query.bind(*value),
+            Arg::Flag(value) => query.bind(*value),
+            Arg::Text(value) => query.bind(value.as_deref()),
+            Arg::Time(at) => query.bind(at.map(time)),
+            Arg::List(values) => list(query, values),
+        };
+    }
+    query
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a table reads its lists as `unnest` on PostgreSQL and as the
+    /// run's one row on SQLite, its parameters numbered from `first` on.
+    #[test]
+    fn a_table_is_unnest_or_one_row() {
+        let table = Table::new("u")
+            .column("key", vec!["a", "b"])
+            .column("units", vec![1_i64, 2]);
+        assert_eq!(
+            table.sql(Backend::Postgres, 3),
+            "unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS u(key, units, n)"
+        );
+        assert_eq!(
+            table.sql(Backend::Sqlite, 3),
+            "(SELECT $3 AS key, $4 AS units, 1 AS n) AS u"
+        );
+    }
+
+    /// Goal: SQLite runs a statement once per element of its lists, and
+    /// once when it has none.
+    #[test]
+    fn sqlite_runs_once_per_element() {
+        assert_eq!(sql("SELECT 1").bind(1_i64).runs(), 1);
+        let table = Table::new("u").column("key", vec!["a", "b", "c"]);
+        assert_eq!(sql("").bind("t").bind_table(table).runs(), 3);
+        assert_eq!(sql("").bind(Vec::<i64>::new()).runs(), 0);
+    }
+
+    /// Goal: lists of different lengths in one table are refused loudly.
+    #[test]
+    #[should_panic(expected = "column units of u")]
+    fn a_table_of_uneven_columns_is_a_bug() {
+        let _ = Table::new("u")
+            .column("key", vec!["a", "b"])
+            .column("units", vec![1_i64]);
+    }
+}
