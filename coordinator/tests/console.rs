@@ -7,7 +7,8 @@
 //! 1366x768 is saved, and its path printed, for a person to look at.
 //!
 //! Skipped, with a message, where Chromium or its WebDriver is not
-//! installed (`.ci/run` installs both).
+//! installed; a failure instead under `ESCROW_REQUIRE_TOOLS=1` (`.ci/run`
+//! sets it and installs both).
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -44,9 +45,9 @@ const SHOWN_WITHIN: Duration = Duration::from_secs(15);
 #[test]
 fn an_admin_runs_a_sale_from_the_console() {
     let (Some(chromium), Some(driver)) = (on_path("chromium"), on_path("chromedriver")) else {
-        say(
-            "SKIPPED tests/console.rs: `chromium` and `chromedriver` are not both on PATH \
-             (Debian: apt-get install chromium chromium-driver)",
+        test_support::tools::skip_without(
+            "`chromium` and `chromedriver` on PATH (Debian: apt-get install chromium chromium-driver)",
+            "tests/console.rs",
         );
         return;
     };

@@ -626,12 +626,7 @@ async fn requests_delivered_twice_move_no_unit_twice(db: TestDb) {
 /// the sale sells out and the books settle.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_database_server_restarting_under_load_loses_nothing() {
-    let Some(server) = PgServer::start() else {
-        assert!(
-            std::env::var_os("ESCROW_REQUIRE_POSTGRES").is_none(),
-            "no PostgreSQL server binaries to start a server of the test's own"
-        );
-        eprintln!("*** SKIPPING: no PostgreSQL server binaries (set PG_BIN) ***");
+    let Some(server) = PgServer::start_or_skip("the test") else {
         return;
     };
     let db = TestDb::postgres_on(
@@ -756,7 +751,7 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
         .filter_map(|name| Some((name, FakeClock::new()?)))
         .collect();
     if clocks.len() < 3 {
-        eprintln!("*** SKIPPING: libfaketime is not installed (apt-get install faketime) ***");
+        test_support::tools::skip_without(test_support::faketime::TOOL, "the test");
         return;
     }
     let ttl_ms = u64::try_from(CLOCK_TEST_TTL.as_millis()).unwrap();
@@ -890,7 +885,10 @@ async fn seed_old_reservations(db: &TestDb) {
 async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db: TestDb) {
     let eu_clock = FakeClock::new();
     if eu_clock.is_none() {
-        eprintln!("*** libfaketime is not installed: eu's wall clock stays put ***");
+        test_support::tools::skip_without(
+            test_support::faketime::TOOL,
+            "the step of eu's wall clock",
+        );
     }
     let cluster = Cluster::start_with(&db, json!({}), |name| match (name, &eu_clock) {
         ("eu", Some(clock)) => clock.env(),

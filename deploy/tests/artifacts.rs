@@ -3,13 +3,13 @@
 //! small sale; every rule names its runbook section; the systemd units keep
 //! secrets off the command line and set only variables the binaries read.
 //! `promtool` and `systemd-analyze` check the files where they are
-//! installed; each check that cannot run says so on stderr.
+//! installed; each check that cannot run says so on stderr, or fails
+//! under `ESCROW_REQUIRE_TOOLS=1`.
 //! Runs the real binaries (`cargo build --workspace --bins` first).
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -59,14 +59,9 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Says something on the real stderr, past the test harness's capture: a
-/// skipped check must be seen, not only in a failing test's output.
-fn note(message: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "deploy artifacts: {message}");
-}
-
 /// Runs an external checker, or says it skipped it when the tool is not
-/// installed; with the tool, the check must pass.
+/// installed (a failure under `ESCROW_REQUIRE_TOOLS=1`); with the tool,
+/// the check must pass.
 fn run_tool(tool: &str, args: &[&str], cwd: &Path) -> Option<Output> {
     match Command::new(tool).args(args).current_dir(cwd).output() {
         Ok(out) => Some(out),
@@ -75,10 +70,10 @@ fn run_tool(tool: &str, args: &[&str], cwd: &Path) -> Option<Output> {
                 .iter()
                 .map(|a| Path::new(a).file_name().unwrap().to_string_lossy())
                 .collect();
-            note(&format!(
-                "SKIPPED `{tool} {}`: {tool} is not installed",
-                files.join(" ")
-            ));
+            test_support::tools::skip_without(
+                &format!("`{tool}` on PATH"),
+                &format!("`{tool} {}`", files.join(" ")),
+            );
             None
         }
         Err(e) => panic!("{tool}: {e}"),

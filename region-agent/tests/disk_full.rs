@@ -4,7 +4,7 @@
 //! Runs the real `region-agent` binary on a SQLite file in a tmpfs of 32 MiB
 //! the test mounts, and on PostgreSQL with the agent's database in a
 //! tablespace on such a tmpfs (a server of the test's own); root only
-//! (otherwise it says so and skips).
+//! (otherwise it says so and skips, or fails under `ESCROW_REQUIRE_TOOLS=1`).
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -19,12 +19,16 @@ use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
+use test_support::tools::skip_without;
 use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
 /// A tmpfs mounted for the test, unmounted on drop.
 struct TinyDisk(PathBuf);
 
 impl TinyDisk {
+    /// What mounting one needs: what a test names when it skips without it.
+    const TOOL: &'static str = "root, to mount a tmpfs";
+
     /// A tmpfs of `size` on a directory of its own: the tests of this file
     /// run at once, in one process, and must not share a disk.
     fn mount(size: &str) -> Option<Self> {
@@ -77,7 +81,7 @@ fn spawn(database_url: &str, port: u16) -> Proc {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_pauses_selling_and_loses_no_hold() {
     let Some(disk) = TinyDisk::mount("32M") else {
-        eprintln!("*** SKIPPING: cannot mount a tmpfs (needs root) ***");
+        skip_without(TinyDisk::TOOL, "the test");
         return;
     };
     let url = format!("sqlite://{}", disk.0.join("agent.db").display());
@@ -96,15 +100,10 @@ async fn a_full_disk_pauses_selling_and_loses_no_hold() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_tablespace_pauses_selling_and_loses_no_hold() {
     let Some(disk) = TinyDisk::mount("32M") else {
-        eprintln!("*** SKIPPING: cannot mount a tmpfs (needs root) ***");
+        skip_without(TinyDisk::TOOL, "the test");
         return;
     };
-    let Some(server) = PgServer::start() else {
-        assert!(
-            std::env::var_os("ESCROW_REQUIRE_POSTGRES").is_none(),
-            "no PostgreSQL server binaries to start a server of the test's own"
-        );
-        eprintln!("*** SKIPPING: no PostgreSQL server binaries (set PG_BIN) ***");
+    let Some(server) = PgServer::start_or_skip("the test") else {
         return;
     };
     let location = disk.0.join("tablespace");

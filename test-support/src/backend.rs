@@ -419,9 +419,7 @@ pub fn postgres_available() -> bool {
     let Err(reason) = reachable else {
         return true;
     };
-    let required =
-        std::env::var("ESCROW_REQUIRE_POSTGRES").is_ok_and(|v| !v.is_empty() && v != "0");
-    if required {
+    if crate::tools::required(crate::tools::REQUIRE_POSTGRES) {
         panic!("ESCROW_REQUIRE_POSTGRES is set and PostgreSQL is unreachable: {reason}");
     }
     static WARNED: OnceLock<()> = OnceLock::new();

@@ -12,6 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Where Debian's `libfaketime` package puts the library.
 const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
+/// The tool a [`FakeClock`] needs, and how to get it: what a test names
+/// when it skips without one ([`crate::tools::skip_without`]).
+pub const TOOL: &str = "libfaketime (apt-get install faketime, or set FAKETIME_LIB)";
+
 /// One process's wall-clock offset, kept in a file libfaketime re-reads on
 /// every clock call; removed on drop.
 pub struct FakeClock {
@@ -21,7 +25,7 @@ pub struct FakeClock {
 
 impl FakeClock {
     /// A clock at offset 0; `None` if libfaketime is not installed (then a
-    /// test should skip, loudly). `FAKETIME_LIB` names the library
+    /// test skips, through [`crate::tools::skip_without`]). `FAKETIME_LIB` names the library
     /// elsewhere.
     pub fn new() -> Option<Self> {
         static SEQ: AtomicUsize = AtomicUsize::new(0);

@@ -11,8 +11,10 @@
 //! ([`openapi`]), numbers drawn from a seed ([`draw`]), and the fault harness: a proxy that breaks a link on
 //! command ([`proxy`]), a process's wall clock stepped on command
 //! ([`faketime`]), a PostgreSQL server of the test's own
-//! ([`pg_server`]) and a history of buyers' requests with its checks
-//! ([`history`]). What only one service's tests need stays in that
+//! ([`pg_server`]), a history of buyers' requests with its checks
+//! ([`history`]); and the one rule for a test whose outside tool is
+//! missing: skip loudly, or fail under `ESCROW_REQUIRE_TOOLS=1`
+//! ([`tools`]). What only one service's tests need stays in that
 //! service's `tests/common`.
 
 #![allow(clippy::unwrap_used)] // Test helpers: an unexpected error fails the test loudly.
@@ -31,6 +33,7 @@ pub mod process;
 pub mod proxy;
 pub mod raw;
 pub mod serve;
+pub mod tools;
 
 pub use api::{client, Api, Final, ACME_KEY, ADMIN, OTHER_KEY};
 pub use backend::{Backend, Locked, TestDb};

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::process::free_port;
+use crate::tools::{required, skip_without, REQUIRE_POSTGRES};
 
 /// A PostgreSQL server in a temporary directory, stopped and removed on
 /// drop.
@@ -20,7 +21,7 @@ pub struct PgServer {
 impl PgServer {
     /// Initialises and starts a new server with trust authentication for
     /// user `postgres` on loopback; `None` if PostgreSQL's server binaries
-    /// are not installed (then a test should skip, loudly).
+    /// are not installed (see [`PgServer::start_or_skip`]).
     pub fn start() -> Option<Self> {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let bin = server_binaries()?;
@@ -55,6 +56,23 @@ impl PgServer {
         );
         server.pg_ctl(&["start"]);
         Some(server)
+    }
+
+    /// As [`PgServer::start`], for a test that skips `what` without the
+    /// binaries ([`crate::tools::skip_without`]); it is PostgreSQL, so
+    /// `ESCROW_REQUIRE_POSTGRES` fails the test then too.
+    #[track_caller]
+    pub fn start_or_skip(what: &str) -> Option<Self> {
+        let server = Self::start();
+        if server.is_none() {
+            let tool = "PostgreSQL's server binaries (apt-get install postgresql, or set PG_BIN)";
+            assert!(
+                !required(REQUIRE_POSTGRES),
+                "{REQUIRE_POSTGRES} is set and {what} needs {tool}, missing here"
+            );
+            skip_without(tool, what);
+        }
+        server
     }
 
     /// `postgres://postgres@127.0.0.1:PORT`, the server without a database.
