@@ -1,7 +1,7 @@
 //! The admin API: create and change SKUs, add stock, pause and resume,
 //! inspect one SKU, list SKUs a page at a time, audit, list regions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -12,13 +12,11 @@ use escrow_core::{RegionName, Sku, Tenant};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::bodies::{
-    AuditBody, OutcomeBody, RegionSyncBody, RegionView, RegionsBody, SkuLineBody, SkuPage,
-    SkuViewBody,
-};
+use super::bodies::{OutcomeBody, RegionsBody};
 use super::error::ApiError;
 use crate::policies::PolicyRequest;
-use crate::store::{parse_weights, AdminKey, Applied, Listing, SkuLine, SkuSpec, SkuSummary};
+use crate::store::admin::{Audit, ViewAt};
+use crate::store::{AdminKey, Applied, Listing, SkuPage, SkuSpec, SkuSummary};
 use crate::AppState;
 
 /// Largest total or stock addition accepted.
@@ -119,6 +117,31 @@ fn admin_key(headers: &HeaderMap, operation: String) -> Result<Option<AdminKey>,
         .transpose()
 }
 
+/// What the admin views are read against now.
+fn view_at(state: &AppState) -> ViewAt<'_> {
+    ViewAt {
+        policies: state.policies(),
+        now: chrono::Utc::now(),
+        stale_report_ms: state.stale_report_ms(),
+    }
+}
+
+/// Region weights from `PutSkuBody::regions` (`{"eu": 2, ...}`), each
+/// region name parsed and each weight in 0..=1000000, in name order.
+pub fn parse_weights(raw: &HashMap<String, i64>) -> Result<Vec<(RegionName, u32)>, String> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (name, weight) in raw {
+        let region = RegionName::parse(name).map_err(|e| e.to_string())?;
+        let weight = u32::try_from(*weight)
+            .ok()
+            .filter(|w| *w <= 1_000_000)
+            .ok_or_else(|| format!("weight of {name} must be an integer in 0..=1000000"))?;
+        out.push((region, weight));
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The answer to an admin change: the SKU view, 201 for a new SKU, and
 /// `Idempotent-Replayed: true` when the key's change was applied before.
 async fn changed(
@@ -127,12 +150,12 @@ async fn changed(
     sku: &Sku,
     applied: Applied,
 ) -> Result<Response, ApiError> {
-    let view = state.store().sku(tenant, sku).await?;
+    let view = state.store().sku(tenant, sku, &view_at(state)).await?;
     let status = match applied {
         Applied::Created => StatusCode::CREATED,
         Applied::Changed | Applied::Replayed => StatusCode::OK,
     };
-    let mut response = (status, Json(sku_json(state, &view))).into_response();
+    let mut response = (status, Json(view)).into_response();
     if applied == Applied::Replayed {
         response.headers_mut().insert(
             "idempotent-replayed",
@@ -140,57 +163,6 @@ async fn changed(
         );
     }
     Ok(response)
-}
-
-/// The admin view of a SKU, with report ages.
-pub fn sku_json(state: &AppState, view: &SkuSummary) -> SkuViewBody {
-    let now = chrono::Utc::now();
-    let regions: BTreeMap<String, RegionView> = view
-        .regions
-        .iter()
-        .map(|r| {
-            let age = r
-                .last_report_at
-                .map(|t| (now - t).num_milliseconds().max(0));
-            let stale = age.is_none_or(|a| a > state.stale_report_ms() as i64)
-                && (r.leased > 0 || r.in_transit > 0 || r.available + r.held + r.sold > 0);
-            let region = RegionView {
-                weight: r.weight,
-                leased: r.leased,
-                in_transit: r.in_transit,
-                available: r.available,
-                held: r.held,
-                sold: r.sold,
-                sale_rate_per_s: r.sale_rate_per_s,
-                recall_pending: r.recall_pending,
-                last_report_at: r.last_report_at,
-                report_age_ms: age,
-                stale,
-                region_drift: r.drift,
-            };
-            (r.region.clone(), region)
-        })
-        .collect();
-    let stale = regions.values().any(|r| r.stale);
-    let policy = state.policies().of(view.policy.as_ref());
-    SkuViewBody {
-        tenant: view.tenant.clone(),
-        sku: view.sku.clone(),
-        total: view.total,
-        pool: view.pool,
-        in_transit: view.in_transit,
-        mode: view.mode,
-        paused: view.paused,
-        max_per_user: view.max_per_user,
-        hold_ttl_ms: view.hold_ttl_ms,
-        policy: policy.name().to_owned(),
-        settings: policy.settings(),
-        policy_is_default: view.policy.is_none(),
-        drift: view.drift,
-        ledger_drift: view.ledger_drift,
-        stale,
-        regions,
-    }
 }
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}`.
@@ -201,8 +173,8 @@ pub fn sku_json(state: &AppState, view: &SkuSummary) -> SkuViewBody {
     params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
     request_body = PutSkuBody,
     responses(
-        (status = 201, description = "Created: the SKU view", body = SkuViewBody, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
-        (status = 200, description = "Changed (or replayed): the SKU view", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 201, description = "Created: the SKU view", body = SkuSummary, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
+        (status = 200, description = "Changed (or replayed): the SKU view", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total, region, weight, policy or setting", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: the total would drop by more than the pool holds, or the Idempotency-Key was used for another change; nothing changes", body = OutcomeBody),
@@ -261,7 +233,7 @@ pub async fn put_sku(
     tag = "admin",
     params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
     responses(
-        (status = 200, description = "The SKU view, from one snapshot", body = SkuViewBody),
+        (status = 200, description = "The SKU view, from one snapshot", body = SkuSummary),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
@@ -277,8 +249,8 @@ pub async fn get_sku(
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     let (tenant, sku) = ids(&tenant, &sku)?;
-    let view = state.store().sku(&tenant, &sku).await?;
-    Ok(Json(sku_json(&state, &view)).into_response())
+    let view = state.store().sku(&tenant, &sku, &view_at(&state)).await?;
+    Ok(Json(view).into_response())
 }
 
 /// A page's size from the query's `limit`.
@@ -294,36 +266,13 @@ fn page_limit(raw: Option<&str>) -> Result<u32, ApiError> {
         })
 }
 
-/// One SKU's line in a listing.
-fn line_json(state: &AppState, line: &SkuLine) -> SkuLineBody {
-    SkuLineBody {
-        tenant: line.tenant.clone(),
-        sku: line.sku.clone(),
-        total: line.total,
-        pool: line.pool,
-        in_transit: line.in_transit,
-        available: line.available,
-        held: line.held,
-        sold: line.sold,
-        mode: line.mode,
-        paused: line.paused,
-        policy: state.policies().of(line.policy.as_ref()).name().to_owned(),
-    }
-}
-
-/// A page of `listing` as the answer `{"skus", "next"}`; `next` is the
-/// `after` of the following page (`cursor` of the page's last SKU), or null
-/// on the last page.
-async fn page(
-    state: &AppState,
-    listing: &Listing,
-    limit: u32,
-    cursor: impl Fn(&SkuLine) -> String,
-) -> Result<Response, ApiError> {
-    let page = state.store().list_skus(listing, limit).await?;
-    let next = page.skus.last().filter(|_| page.more).map(cursor);
-    let skus = page.skus.iter().map(|l| line_json(state, l)).collect();
-    Ok(Json(SkuPage { skus, next }).into_response())
+/// A page of `listing` as the answer `{"skus", "next"}`.
+async fn page(state: &AppState, listing: &Listing, limit: u32) -> Result<Response, ApiError> {
+    let page = state
+        .store()
+        .list_skus(listing, limit, state.policies())
+        .await?;
+    Ok(Json(page).into_response())
 }
 
 /// `GET /v1/admin/skus/{tenant}?after=SKU&limit=N`: one tenant's SKUs by name.
@@ -359,7 +308,7 @@ pub async fn list_tenant_skus(
         .transpose()
         .map_err(|e| ApiError::BadRequest(format!("after: {e}")))?;
     let listing = Listing::Tenant { tenant, after };
-    page(&state, &listing, limit, |line| line.sku.clone()).await
+    page(&state, &listing, limit).await
 }
 
 /// `GET /v1/admin/skus?after=TENANT/SKU&limit=N`: every tenant's SKUs by
@@ -401,10 +350,7 @@ pub async fn list_skus(
         })
         .transpose()?;
     let listing = Listing::All { after };
-    page(&state, &listing, limit, |line| {
-        format!("{}/{}", line.tenant, line.sku)
-    })
-    .await
+    page(&state, &listing, limit).await
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/add-stock`.
@@ -415,7 +361,7 @@ pub async fn list_skus(
     params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
     request_body = AddStockBody,
     responses(
-        (status = 200, description = "The SKU view with the stock added to total and pool", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 200, description = "The SKU view with the stock added to total and pool", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body or qty", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
@@ -471,7 +417,7 @@ async fn set_paused(
     tag = "admin",
     params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
     responses(
-        (status = 200, description = "The SKU view, paused", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 200, description = "The SKU view, paused", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
@@ -496,7 +442,7 @@ pub async fn pause(
     tag = "admin",
     params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
     responses(
-        (status = 200, description = "The SKU view, selling again", body = SkuViewBody, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
+        (status = 200, description = "The SKU view, selling again", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
@@ -520,7 +466,7 @@ pub async fn resume(
     path = "/v1/admin/audit",
     tag = "admin",
     responses(
-        (status = 200, description = "Every SKU's view; `drift_total` and `stale_skus` are 0 when healthy", body = AuditBody),
+        (status = 200, description = "Every SKU's view; `drift_total` and `stale_skus` are 0 when healthy", body = Audit),
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
         (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
@@ -532,20 +478,9 @@ pub async fn audit(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let views = state.store().audit().await?;
-    let skus: Vec<SkuViewBody> = views.iter().map(|v| sku_json(&state, v)).collect();
-    let drift_total: i64 = views
-        .iter()
-        .map(|v| v.drift.abs() + v.ledger_drift.abs())
-        .sum();
-    let stale_skus = skus.iter().filter(|s| s.stale).count();
-    metrics::gauge!("coordinator_drift_units").set(drift_total as f64);
-    Ok(Json(AuditBody {
-        skus,
-        drift_total,
-        stale_skus,
-    })
-    .into_response())
+    let audit = state.store().audit(&view_at(&state)).await?;
+    metrics::gauge!("coordinator_drift_units").set(audit.drift_total as f64);
+    Ok(Json(audit).into_response())
 }
 
 /// `GET /v1/admin/regions`.
@@ -566,20 +501,6 @@ pub async fn regions(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let now = chrono::Utc::now();
-    let regions = state
-        .store()
-        .regions()
-        .await?
-        .into_iter()
-        .map(|r| RegionSyncBody {
-            sync_age_ms: (now - r.last_sync_at).num_milliseconds().max(0),
-            region: r.region,
-            epoch: r.epoch,
-            seq: r.seq,
-            rtt_ms: r.rtt_ms,
-            last_sync_at: r.last_sync_at,
-        })
-        .collect();
+    let regions = state.store().regions(chrono::Utc::now()).await?;
     Ok(Json(RegionsBody { regions }).into_response())
 }
