@@ -825,7 +825,11 @@ impl SkuOwner {
         work.plan = plan_reserves(self.ledger.available, &quantities);
         work.take = TakeEnd::Exhausted;
         if !work.plan.overflow.is_empty() && self.cfg.coordinated && !self.sold_out_everywhere {
-            if work.now_ms < self.next_take_ms {
+            // Grants waiting to be credited are likely the units these
+            // buyers need: this batch credits them and the next serves the
+            // buyers from them at once, instead of asking the coordinator
+            // across the WAN for what is already here.
+            if work.now_ms < self.next_take_ms || !self.pending_grants.is_empty() {
                 work.take = TakeEnd::NotAsked;
                 return self.build(work);
             }
