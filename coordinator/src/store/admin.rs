@@ -266,9 +266,3 @@ pub struct SkuSpec {
     /// The SKU's policy; an empty request keeps the current one.
     pub policy: PolicyRequest,
 }
-
-// `store/mod.rs` names `parse_weights` among the store's exports; the
-// parsing is the admin API's (`http::admin`), so the name only passes
-// through here until that list drops it.
-#[doc(hidden)]
-pub use crate::http::admin::parse_weights;

@@ -31,8 +31,7 @@ use crate::notices::Notices;
 use backend::{sql, Db};
 
 pub use admin::{
-    parse_weights, AdminKey, Applied, Listing, RegionSummary, RegionSync, SkuLine, SkuPage,
-    SkuSpec, SkuSummary,
+    AdminKey, Applied, Listing, RegionSummary, RegionSync, SkuLine, SkuPage, SkuSpec, SkuSummary,
 };
 
 /// The embedded migrations of the coordinator on PostgreSQL.
