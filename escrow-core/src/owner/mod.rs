@@ -825,11 +825,7 @@ impl SkuOwner {
         work.plan = plan_reserves(self.ledger.available, &quantities);
         work.take = TakeEnd::Exhausted;
         if !work.plan.overflow.is_empty() && self.cfg.coordinated && !self.sold_out_everywhere {
-            // Grants waiting to be credited are likely the units these
-            // buyers need: this batch credits them and the next serves the
-            // buyers from them at once, instead of asking the coordinator
-            // across the WAN for what is already here.
-            if work.now_ms < self.next_take_ms || !self.pending_grants.is_empty() {
+            if work.now_ms < self.next_take_ms {
                 work.take = TakeEnd::NotAsked;
                 return self.build(work);
             }

@@ -31,8 +31,6 @@ struct Harness {
     wanted: HashMap<Ticket, u64>,
     fail_next_commit: bool,
     reachable: bool,
-    /// Takes the owner asked for.
-    takes: u32,
 }
 
 impl Harness {
@@ -64,7 +62,6 @@ impl Harness {
             wanted: HashMap::new(),
             fail_next_commit: false,
             reachable: true,
-            takes: 0,
         }
     }
 
@@ -137,7 +134,6 @@ impl Harness {
                     self.owner.handle_read(Some(rows.collect()));
                 }
                 Io::Take(req) => {
-                    self.takes += 1;
                     if !self.reachable {
                         self.owner.handle_take_answer(None);
                         continue;
@@ -534,34 +530,4 @@ fn a_late_take_keeps_its_buyers_waiting_until_their_deadline() {
     assert!(matches!(reply, Reply::Reserve(ReserveReply::Paused)));
     assert_eq!(h.owner.ledger(), h.book.ledger);
     assert_eq!(h.book.ledger.held, 0);
-}
-
-/// Goal: a grant that reaches a region whose buyers wait for units serves
-/// them from the grant: the batch that credits it asks the coordinator for
-/// nothing, and the next holds for them. (A take there would cost the
-/// buyers a round trip for units already here.)
-#[test]
-fn a_grant_serves_waiting_buyers_without_a_take() {
-    let mut h = Harness::new(0, 0);
-    h.in_transit.insert("grant-1".into(), 2);
-    h.total += 2;
-    let (a, b) = (h.reserve(1, 1, 1), h.reserve(2, 2, 1));
-    h.batch(vec![a, b]);
-    assert_eq!(h.owner.parked(), 2, "waiting for the units on their way");
-    let asked = h.takes;
-
-    h.redeliver(0);
-    h.now_ms += 1;
-    while h.owner.parked() > 0 || h.owner.has_overflow() {
-        h.owner.handle_timeout(h.now_ms);
-        h.drive();
-    }
-    assert_eq!(h.takes, asked, "no take for units that had arrived");
-    let held = h
-        .answers
-        .values()
-        .filter(|r| matches!(r, Reply::Reserve(ReserveReply::Held(_))))
-        .count();
-    assert_eq!(held, 2);
-    h.check().unwrap();
 }
