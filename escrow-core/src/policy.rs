@@ -473,8 +473,7 @@ impl TailMerge {
     /// Unless `short`, a region that has not reported demand while others
     /// have is planned for as selling at the others' rate per unit of
     /// weight (its buyers' first report may still be on its way, from
-    /// farther than the others'): its part of the pool is held back for
-    /// it, but not granted, and nothing is recalled from it. When
+    /// farther than the others'), and nothing is recalled from it. When
     /// `short`, a region's buyers are waiting now: what was reported is
     /// all there is to go by.
     fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
@@ -487,17 +486,8 @@ impl TailMerge {
         let refill = &self.settings.refill;
         let ceilings = self.ceilings(sku);
         let refills = refill.refills(sku);
-        // A region planned for by expected demand keeps its part of the
-        // pool there until it reports: a grant would take one and a half of
-        // its round trips to arrive, perhaps after its buyers are gone, and
-        // a take brings it in one when they ask.
-        let grants = refills
-            .grants
-            .into_iter()
-            .filter(|(i, _)| short || reported.regions[*i].sale_rate_per_s > 0.0)
-            .collect();
         let mut plan = Plan {
-            grants,
+            grants: refills.grants,
             ..Plan::default()
         };
         if !refills.covered || short {
