@@ -7,9 +7,9 @@
 //! does: each agent's first sync is full (every SKU), its second
 //! acknowledges the grants the first brought back, and from then on it
 //! sells one unit of K of its escrow SKUs before each sync (`--changes-per-sync`)
-//! and reports the SKUs whose counters changed since its last answered
-//! sync, with a full sync every `FULL_SYNC_EVERY` syncs and after a failed
-//! one. Phases:
+//! and reports what escrow-core's [`Reports`] decides, as the real agent
+//! does: the SKUs whose counters changed since its last answered sync, with
+//! a full sync every `FULL_SYNC_EVERY` syncs and after a failed one. Phases:
 //!
 //! - **syncs, back to back**: every agent syncs again as soon as its last
 //!   sync was answered, for the phase's length: the most syncs per second
@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest, FULL_SYNC_EVERY};
+use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest};
+use escrow_core::Reports;
 use hdrhistogram::Histogram;
 use hyper::{Method, StatusCode};
 
@@ -105,10 +106,8 @@ struct Agent {
     available: Vec<u64>,
     /// Per SKU: units sold.
     sold: Vec<u64>,
-    /// Per SKU: `(available, sold)` as last reported in an answered sync.
-    answered: Vec<Option<(u64, u64)>>,
-    /// Syncs since the last full one answered; `None`: the next is full.
-    since_full: Option<u64>,
+    /// What the coordinator answered of this agent's reports.
+    reports: Reports,
     acks: Vec<String>,
     /// Grants credited, so a grant listed again is credited once.
     credited: HashSet<String>,
@@ -131,8 +130,7 @@ impl Agent {
             seq: 0,
             available: vec![0; skus],
             sold: vec![0; skus],
-            answered: vec![None; skus],
-            since_full: None,
+            reports: Reports::default(),
             acks: Vec::new(),
             credited: HashSet::new(),
         }
@@ -154,45 +152,41 @@ impl Agent {
     /// acknowledgements of what the last sync brought.
     async fn sync(&mut self, escrow: usize) -> anyhow::Result<StatusCode> {
         self.seq += 1;
-        let full = self.since_full.is_none_or(|n| n + 1 >= FULL_SYNC_EVERY);
-        let changed: Vec<usize> = (0..self.available.len())
-            .filter(|&i| full || self.answered[i] != Some((self.available[i], self.sold[i])))
+        let all = (0..self.available.len())
+            .map(|i| SkuReport {
+                tenant: TENANT.to_owned(),
+                sku: Self::sku_name(i, escrow),
+                available: self.available[i],
+                held: 0,
+                sold: self.sold[i],
+                sale_rate_per_s: 0.0,
+            })
             .collect();
+        let (skus, full) = self.reports.to_send(all, &[]);
         let req = SyncRequest {
             epoch: 1,
             seq: self.seq,
             rtt_ms: 1,
-            skus: changed
-                .iter()
-                .map(|&i| SkuReport {
-                    tenant: TENANT.to_owned(),
-                    sku: Self::sku_name(i, escrow),
-                    available: self.available[i],
-                    held: 0,
-                    sold: self.sold[i],
-                    sale_rate_per_s: 0.0,
-                })
-                .collect(),
+            skus,
             acks: std::mem::take(&mut self.acks),
             returns: Vec::new(),
             full,
         };
         let path = format!("/v1/regions/{}/sync", self.region);
         let body = Bytes::from(serde_json::to_vec(&req)?);
-        let (status, bytes) = self.conn.post(&path, &self.bearer, body).await?;
+        let (status, bytes) = match self.conn.post(&path, &self.bearer, body).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                self.reports.failed();
+                return Err(error);
+            }
+        };
         if status != StatusCode::OK {
             self.acks = req.acks;
-            self.since_full = None;
+            self.reports.failed();
             return Ok(status);
         }
-        for &i in &changed {
-            self.answered[i] = Some((self.available[i], self.sold[i]));
-        }
-        self.since_full = Some(if full {
-            0
-        } else {
-            self.since_full.map_or(0, |n| n + 1)
-        });
+        self.reports.answered(&req);
         let resp: SyncResponse = serde_json::from_slice(&bytes)?;
         for grant in resp.grants {
             if self.credited.insert(grant.id.clone()) {

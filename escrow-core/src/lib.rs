@@ -21,6 +21,7 @@
 //!   admin changes over the pool, grants in transit and leases.
 //! - [`protocol`]: the messages between region agents and the coordinator.
 //! - [`rate`]: a region's recent sale rate, for the policy.
+//! - [`reports`]: which SKU reports an agent's sync carries, and when it is full.
 
 pub mod admission;
 pub mod allocation;
@@ -33,6 +34,7 @@ pub mod policy;
 pub mod policy_choice;
 pub mod protocol;
 pub mod rate;
+pub mod reports;
 pub mod reservation;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
@@ -46,4 +48,5 @@ pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
 pub use policy_choice::{ChoiceError, PolicyChoice};
 pub use rate::RateMeter;
+pub use reports::Reports;
 pub use reservation::{Refusal, Reservation, Status, Transition};

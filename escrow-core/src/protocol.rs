@@ -23,8 +23,8 @@
 //! Reports are deltas: a request carries the SKUs whose counters changed
 //! since the last report the coordinator answered ([`SkuReport::differs_from`]),
 //! and every SKU when it is `full` (at the agent's start, after a failed
-//! sync, and every [`FULL_SYNC_EVERY`] syncs). A SKU that did not change
-//! costs the coordinator nothing.
+//! sync, and every [`FULL_SYNC_EVERY`] syncs), as [`crate::reports`]
+//! decides. A SKU that did not change costs the coordinator nothing.
 
 use serde::{Deserialize, Serialize};
 

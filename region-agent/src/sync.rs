@@ -9,21 +9,15 @@
 //! forgotten. A lost answer is harmless: the next sync carries everything
 //! again.
 //!
-//! Reports are deltas: a sync reports the SKUs whose counters changed since
-//! the last report the coordinator answered, and the SKUs it returns units
-//! of. The first sync, the one after a failed sync (whose report may or may
-//! not have been applied) and every `FULL_SYNC_EVERY`-th are full: every
-//! SKU, and every directive back. So a SKU left out is one whose last
-//! answered report is still the coordinator's view of it.
+//! Reports are deltas between full syncs; which SKUs a sync reports and
+//! whether it is full is escrow-core's [`Reports`] decision.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use escrow_core::protocol::{
-    SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest, FULL_SYNC_EVERY,
-};
-use escrow_core::{Sku, SkuSettings, Tenant};
+use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest};
+use escrow_core::{Reports, Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
 
 use crate::coordinator_client::{ClientError, CoordinatorLink};
@@ -93,10 +87,9 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             full,
         };
         let started = Instant::now();
-        let answer = link.client.sync(&req).await;
-        reports.answered(&req, answer.is_ok());
-        match answer {
+        match link.client.sync(&req).await {
             Ok(resp) => {
+                reports.answered(&req);
                 rtt_ms = started.elapsed().as_millis() as u64;
                 link.set_down(false);
                 apply(&state, resp).await;
@@ -108,66 +101,12 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
                 break;
             }
             Err(error) => {
+                reports.failed();
                 link.set_down(true);
                 tracing::debug!(%error, "sync failed");
             }
         }
         metrics::counter!("escrow_syncs_total").increment(1);
-    }
-}
-
-/// What the coordinator has of this agent's reports: per SKU, the last
-/// report it answered; and when the next sync must be full.
-#[derive(Debug, Default)]
-struct Reports {
-    answered: HashMap<(String, String), SkuReport>,
-    /// Syncs since the last full one answered; `None`: the next is full.
-    since_full: Option<u64>,
-}
-
-impl Reports {
-    /// The reports to send out of `all` (every SKU's), and whether the
-    /// sync is full.
-    fn to_send(&self, all: Vec<SkuReport>, returns: &[TransferMsg]) -> (Vec<SkuReport>, bool) {
-        let full = self.since_full.is_none_or(|n| n + 1 >= FULL_SYNC_EVERY);
-        if full {
-            return (all, true);
-        }
-        let delta = all
-            .into_iter()
-            .filter(|r| {
-                let key = (r.tenant.clone(), r.sku.clone());
-                self.answered
-                    .get(&key)
-                    .is_none_or(|sent| r.differs_from(sent))
-                    || returns
-                        .iter()
-                        .any(|t| (&t.tenant, &t.sku) == (&r.tenant, &r.sku))
-            })
-            .collect();
-        (delta, false)
-    }
-
-    /// After `req` was answered (`ok`) or failed: an answered report is the
-    /// coordinator's view; after a failure nobody knows which reports
-    /// count, so the next sync is full.
-    fn answered(&mut self, req: &SyncRequest, ok: bool) {
-        if !ok {
-            self.since_full = None;
-            return;
-        }
-        if req.full {
-            self.answered.clear();
-        }
-        for report in &req.skus {
-            self.answered
-                .insert((report.tenant.clone(), report.sku.clone()), report.clone());
-        }
-        self.since_full = Some(if req.full {
-            0
-        } else {
-            self.since_full.map_or(0, |n| n + 1)
-        });
     }
 }
 
@@ -258,71 +197,5 @@ async fn apply(state: &AppState, resp: SyncResponse) {
     }
     if let Err(error) = state.store().forget_returns(&resp.applied_returns).await {
         tracing::warn!(%error, "forgetting applied returns failed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(sku: &str, available: u64) -> SkuReport {
-        SkuReport {
-            tenant: "t".into(),
-            sku: sku.into(),
-            available,
-            held: 0,
-            sold: 0,
-            sale_rate_per_s: 0.0,
-        }
-    }
-
-    fn request(skus: Vec<SkuReport>, full: bool) -> SyncRequest {
-        SyncRequest {
-            epoch: 1,
-            seq: 1,
-            rtt_ms: 0,
-            skus,
-            acks: Vec::new(),
-            returns: Vec::new(),
-            full,
-        }
-    }
-
-    /// Goal: the first sync is full; then only changed SKUs and SKUs with a
-    /// return are sent; a failed sync makes the next one full, and so does
-    /// every `FULL_SYNC_EVERY`-th.
-    #[test]
-    fn reports_are_deltas_between_full_syncs() {
-        let mut reports = Reports::default();
-        let all = || vec![report("a", 1), report("b", 2)];
-        let (skus, full) = reports.to_send(all(), &[]);
-        assert!(full);
-        reports.answered(&request(skus, full), true);
-
-        let (skus, full) = reports.to_send(vec![report("a", 1), report("b", 3)], &[]);
-        assert_eq!((skus.len(), full), (1, false), "only b changed");
-        reports.answered(&request(skus, full), true);
-        let ret = TransferMsg {
-            id: "r-1".into(),
-            tenant: "t".into(),
-            sku: "a".into(),
-            units: 1,
-        };
-        let (skus, _) = reports.to_send(vec![report("a", 1), report("b", 3)], &[ret]);
-        assert_eq!(skus, vec![report("a", 1)], "a has a return");
-
-        let req = request(Vec::new(), false);
-        reports.answered(&req, false);
-        assert!(reports.to_send(all(), &[]).1, "after a failure: full");
-        reports.answered(&request(all(), true), true);
-        for _ in 1..FULL_SYNC_EVERY {
-            let (skus, full) = reports.to_send(all(), &[]);
-            assert_eq!((skus.len(), full), (0, false));
-            reports.answered(&request(skus, full), true);
-        }
-        assert!(
-            reports.to_send(all(), &[]).1,
-            "every FULL_SYNC_EVERY-th: full"
-        );
     }
 }

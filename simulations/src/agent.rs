@@ -8,13 +8,15 @@
 //! it ends; a read is answered from the database at once; a take travels the
 //! simulated network and may time out. The gate in front of the queue is
 //! escrow-core's [`gate`], as in the agent's HTTP handler. The sync loop
-//! reports every `sync_interval_ms` from the database and hands the answer's
+//! reports every `sync_interval_ms` from the database (a delta or a full
+//! report, as escrow-core's [`Reports`] decides) and hands the answer's
 //! directive to the owner on its own slot, which a full queue cannot refuse.
 //!
 //! What survives a crash is what the real agent keeps in its database: the
 //! book, the ids of grants credited, grants not yet confirmed, returns not
 //! yet applied, and the mode. Queues, the owner's memory, the batch in
-//! progress, takes and syncs in flight are lost.
+//! progress, takes and syncs in flight, and what the coordinator answered of
+//! the reports are lost.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -26,8 +28,9 @@ use escrow_core::owner::{
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
 };
-use escrow_core::UserId;
-use escrow_core::{Book, Deadline, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+use escrow_core::{
+    Book, Deadline, Mode, Qty, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, UserId,
+};
 
 use crate::database::Database;
 use crate::network::{Envelope, Payload};
@@ -216,6 +219,15 @@ fn decode(t: Ticket) -> (u32, Option<BuyerAction>) {
     (buyer, action)
 }
 
+/// The sync in flight: its call, when it left, and what it carried, for
+/// [`Reports::answered`] when its answer comes.
+#[derive(Debug)]
+struct SyncCall {
+    call: u64,
+    sent_us: u64,
+    req: SyncRequest,
+}
+
 /// One region's agent for the simulated SKU.
 #[derive(Debug)]
 pub struct Agent {
@@ -246,7 +258,9 @@ pub struct Agent {
     /// [`TAKE_BUDGET_MIN_MS`] left: its deadline is not the coordinator's fault.
     take_late_possible: bool,
     call_seq: u64,
-    sync_call: Option<(u64, u64)>,
+    sync_call: Option<SyncCall>,
+    /// What the coordinator answered of this incarnation's reports.
+    reports: Reports,
     /// Which scheduled [`Timer::SyncTick`] is the live one.
     sync_gen: u64,
     /// A sync was asked for while one was in flight: the next starts at once.
@@ -291,6 +305,7 @@ impl Agent {
             take_late_possible: false,
             call_seq: 0,
             sync_call: None,
+            reports: Reports::default(),
             sync_gen: 0,
             sync_again: false,
             sync_seq: 0,
@@ -435,7 +450,7 @@ impl Agent {
                 }
             }
             Timer::SyncTimeout(call) => {
-                if self.sync_call.map(|c| c.0) == Some(call) {
+                if self.sync_call.as_ref().map(|c| c.call) == Some(call) {
                     self.sync_failed(now_us, out);
                 }
             }
@@ -595,7 +610,7 @@ impl Agent {
 
     /// The coordinator refused a call at once (connection refused).
     pub fn on_refused(&mut self, now_us: u64, call: u64, out: &mut Vec<Effect>) {
-        if self.sync_call.map(|c| c.0) == Some(call) {
+        if self.sync_call.as_ref().map(|c| c.call) == Some(call) {
             self.sync_failed(now_us, out);
         } else {
             self.take_failed(now_us, call, true, out);
@@ -620,40 +635,48 @@ impl Agent {
         self.sync_seq += 1;
         let call = self.call_seq;
         let l = self.db.book.ledger;
+        let all = vec![SkuReport {
+            tenant: self.tenant.to_string(),
+            sku: self.db.book.sku.to_string(),
+            available: l.available,
+            held: l.held,
+            sold: l.sold,
+            sale_rate_per_s: self.owner.sale_rate_per_s(),
+        }];
+        let returns: Vec<TransferMsg> = self
+            .db
+            .returns
+            .iter()
+            .map(|(id, units)| TransferMsg {
+                id: id.clone(),
+                tenant: self.tenant.to_string(),
+                sku: self.db.book.sku.to_string(),
+                units: *units,
+            })
+            .collect();
+        let (skus, full) = self.reports.to_send(all, &returns);
         let req = SyncRequest {
             epoch: i64::from(self.epoch),
             seq: self.sync_seq,
             rtt_ms: self.last_rtt_ms,
-            skus: vec![SkuReport {
-                tenant: self.tenant.to_string(),
-                sku: self.db.book.sku.to_string(),
-                available: l.available,
-                held: l.held,
-                sold: l.sold,
-                sale_rate_per_s: self.owner.sale_rate_per_s(),
-            }],
+            skus,
             acks: self.db.pending_acks.clone(),
-            returns: self
-                .db
-                .returns
-                .iter()
-                .map(|(id, units)| TransferMsg {
-                    id: id.clone(),
-                    tenant: self.tenant.to_string(),
-                    sku: self.db.book.sku.to_string(),
-                    units: *units,
-                })
-                .collect(),
-            full: true,
+            returns,
+            full,
         };
         self.stats.syncs += 1;
-        self.sync_call = Some((call, now_us));
+        self.sync_call = Some(SyncCall {
+            call,
+            sent_us: now_us,
+            req: req.clone(),
+        });
         self.send(now_us, call, Payload::Sync(req), out);
         out.push(self.timer(now_us + self.client_timeout_us(), Timer::SyncTimeout(call)));
     }
 
     fn sync_failed(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         self.sync_call = None;
+        self.reports.failed();
         self.link_down = true;
         self.schedule_sync(now_us, out);
     }
@@ -691,14 +714,11 @@ impl Agent {
         resp: &SyncResponse,
         out: &mut Vec<Effect>,
     ) {
-        let Some((current, sent_us)) = self.sync_call else {
+        let Some(sent) = self.sync_call.take_if(|c| c.call == call) else {
             return;
         };
-        if current != call {
-            return;
-        }
-        self.sync_call = None;
-        self.last_rtt_ms = (now_us - sent_us) / 1_000;
+        self.reports.answered(&sent.req);
+        self.last_rtt_ms = (now_us - sent.sent_us) / 1_000;
         self.link_down = false;
         if let Some(d) = resp.skus.first() {
             self.control = Some((d.clone(), resp.grants.clone()));
@@ -740,6 +760,7 @@ impl Agent {
         self.wake_at_ms = None;
         self.take_call = None;
         self.sync_call = None;
+        self.reports = Reports::default();
         self.sync_again = false;
         self.link_down = true;
     }
