@@ -255,6 +255,13 @@ mod tests {
             Outcome::QueueFull
         );
         assert_eq!(
+            Outcome::of_reserve(
+                u,
+                br#"{"outcome":"PAUSED","reason":"coordinator_unreachable"}"#
+            ),
+            Outcome::Paused
+        );
+        assert_eq!(
             Outcome::of_action(true, StatusCode::OK, b"{}"),
             Outcome::Confirmed
         );

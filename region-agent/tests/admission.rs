@@ -166,8 +166,8 @@ async fn sold_out_is_answered_without_the_database(db: TestDb) {
     agent.stop().await;
 }
 
-/// Goal: a paused SKU answers 503 PAUSED with Retry-After and writes
-/// nothing; resumed, it sells; confirm still works while paused.
+/// Goal: a paused SKU answers 503 PAUSED (reason `admin_pause`) with
+/// Retry-After and writes nothing; resumed, it sells; confirm still works while paused.
 async fn pause_stops_selling_and_resume_restarts(db: TestDb) {
     let agent = TestAgent::start(&db).await;
     let api = agent.api();
@@ -189,10 +189,9 @@ async fn pause_stops_selling_and_resume_restarts(db: TestDb) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.headers().contains_key("retry-after"));
-    assert_eq!(
-        r.json::<serde_json::Value>().await.unwrap()["outcome"],
-        "PAUSED"
-    );
+    let body = r.json::<serde_json::Value>().await.unwrap();
+    assert_eq!(body["outcome"], "PAUSED");
+    assert_eq!(body["reason"], "admin_pause", "{body}");
     assert_eq!(api.action("k1", "confirm").await.0, StatusCode::OK);
     assert_eq!(
         api.admin_post("/v1/admin/skus/acme/drop/resume", None)

@@ -22,8 +22,8 @@ use std::collections::{HashSet, VecDeque};
 
 use escrow_core::batch::{Batch, SkuRecord};
 use escrow_core::owner::{
-    gate, ActReply, Action, Command, Io, OwnerConfig, Reply, ReserveReply, ReserveRequest,
-    SkuOwner, Ticket, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
+    gate, ActReply, Action, Command, Io, OwnerConfig, PauseReason, Reply, ReserveReply,
+    ReserveRequest, SkuOwner, Ticket, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
@@ -86,7 +86,8 @@ impl Answer {
             ReserveReply::SoldOut => Answer::SoldOut,
             ReserveReply::UserLimit => Answer::UserLimit,
             ReserveReply::KeyReused => Answer::KeyReused,
-            ReserveReply::Paused => Answer::Paused,
+            ReserveReply::Paused(_) => Answer::Paused,
+            ReserveReply::QueueFull => Answer::QueueFull,
             ReserveReply::WaitTimeout => Answer::WaitTimeout,
         }
     }
@@ -751,7 +752,7 @@ impl Agent {
                     buyer,
                     at_us: now_us,
                     action,
-                    reply: ActReply::Paused,
+                    reply: ActReply::Paused(PauseReason::Halted),
                 },
             });
         }

@@ -4,15 +4,17 @@
 //! last published, without a queue or a database. Both the agent's HTTP
 //! handler and the simulator's call [`gate`].
 
-use super::messages::ReserveReply;
+use super::messages::{PauseReason, ReserveReply};
 
 /// What the handler knows of a SKU without asking its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateView {
     /// Units available as of the owner's last commit.
     pub available: u64,
-    /// Paused by an admin, or halted by the agent (drift, fencing, failed commit).
-    pub stopped: bool,
+    /// Paused by an admin.
+    pub paused: bool,
+    /// Halted by the agent (drift, fencing, failed commit, owner gone).
+    pub halted: bool,
     /// The SKU sells in central mode.
     pub central: bool,
     /// The agent has a coordinator (not standalone).
@@ -28,9 +30,17 @@ pub struct GateView {
 /// Standalone, the region's stock is all there is; with a coordinator, only
 /// its word that nothing is free anywhere makes a sale sold out. In central
 /// mode every sale needs the coordinator, so an unreachable one pauses.
+/// A halt is named before an admin pause: it is the one an operator must
+/// repair.
 pub fn gate(view: &GateView, qty: u64) -> Option<ReserveReply> {
-    if view.stopped || (view.central && view.link_down) {
-        return Some(ReserveReply::Paused);
+    if view.halted {
+        return Some(ReserveReply::Paused(PauseReason::Halted));
+    }
+    if view.paused {
+        return Some(ReserveReply::Paused(PauseReason::AdminPause));
+    }
+    if view.central && view.link_down {
+        return Some(ReserveReply::Paused(PauseReason::CoordinatorUnreachable));
     }
     if view.available < qty && (!view.coordinated || view.sold_out_everywhere) {
         return Some(ReserveReply::SoldOut);
@@ -45,7 +55,8 @@ mod tests {
     fn open() -> GateView {
         GateView {
             available: 0,
-            stopped: false,
+            paused: false,
+            halted: false,
             central: false,
             coordinated: true,
             link_down: false,
@@ -75,20 +86,29 @@ mod tests {
         assert_eq!(gate(&stocked, 1), None);
     }
 
-    /// Goal: stopped SKUs and central mode without a coordinator pause.
+    /// Goal: paused or halted SKUs and central mode without a coordinator
+    /// pause, each with its own reason.
     #[test]
     fn stopped_or_cut_off_central_pauses() {
-        let stopped = GateView {
-            stopped: true,
+        let paused = GateView {
+            paused: true,
             available: 5,
             ..open()
         };
-        assert_eq!(gate(&stopped, 1), Some(ReserveReply::Paused));
+        let admin = Some(ReserveReply::Paused(PauseReason::AdminPause));
+        assert_eq!(gate(&paused, 1), admin);
+        let halted = GateView {
+            halted: true,
+            ..paused
+        };
+        let halt = Some(ReserveReply::Paused(PauseReason::Halted));
+        assert_eq!(gate(&halted, 1), halt);
         let cut_off = GateView {
             central: true,
             link_down: true,
             ..open()
         };
-        assert_eq!(gate(&cut_off, 1), Some(ReserveReply::Paused));
+        let unreachable = Some(ReserveReply::Paused(PauseReason::CoordinatorUnreachable));
+        assert_eq!(gate(&cut_off, 1), unreachable);
     }
 }

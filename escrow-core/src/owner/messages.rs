@@ -10,6 +10,7 @@ use crate::batch::Batch;
 use crate::ids::{Qty, RequestKey, SkuSettings, TtlMs, UserId};
 use crate::protocol::TakeRequest;
 use crate::reservation::Reservation;
+use serde::{Deserialize, Serialize};
 
 /// The driver's name for one command, echoed in its reply.
 pub type Ticket = u64;
@@ -27,6 +28,35 @@ pub struct ReserveRequest {
     pub ttl: Option<TtlMs>,
 }
 
+/// Why a SKU answers PAUSED: each PAUSED means one of these, so a buyer
+/// and an operator can tell an admin's decision from a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PauseReason {
+    /// An admin paused the SKU (new holds only).
+    AdminPause,
+    /// The owner stopped itself: drift, fencing, a reload pending, or the
+    /// owner is gone.
+    Halted,
+    /// The coordinator could not be asked (a take failed, the link is down).
+    CoordinatorUnreachable,
+    /// A commit or a read of the database failed.
+    Storage,
+}
+
+impl PauseReason {
+    /// The wire name, also the metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseReason::AdminPause => "admin_pause",
+            PauseReason::Halted => "halted",
+            PauseReason::CoordinatorUnreachable => "coordinator_unreachable",
+            PauseReason::Storage => "storage",
+        }
+    }
+}
+
 /// The answer to a [`ReserveRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReserveReply {
@@ -40,8 +70,11 @@ pub enum ReserveReply {
     UserLimit,
     /// The key was used for another user, SKU or quantity.
     KeyReused,
-    /// The SKU cannot sell now; nothing written.
-    Paused,
+    /// The SKU cannot sell now, for the reason given; nothing written.
+    Paused(PauseReason),
+    /// The SKU's list of requests waiting for units is full; nothing
+    /// written, and the request never waited.
+    QueueFull,
     /// Waited in the queue too long; nothing written.
     WaitTimeout,
 }
@@ -55,7 +88,8 @@ impl ReserveReply {
             ReserveReply::SoldOut => "SOLD_OUT",
             ReserveReply::UserLimit => "USER_LIMIT",
             ReserveReply::KeyReused => "KEY_REUSED",
-            ReserveReply::Paused => "PAUSED",
+            ReserveReply::Paused(_) => "PAUSED",
+            ReserveReply::QueueFull => "REJECTED_QUEUE_FULL",
             ReserveReply::WaitTimeout => "REJECTED_WAIT_TIMEOUT",
         }
     }
@@ -81,8 +115,8 @@ pub enum ActReply {
     Refused(Reservation),
     /// No such reservation.
     NotFound,
-    /// The SKU cannot be written now; nothing written.
-    Paused,
+    /// The SKU cannot be written now, for the reason given; nothing written.
+    Paused(PauseReason),
     /// Waited in the queue too long; nothing written.
     WaitTimeout,
 }
@@ -94,7 +128,7 @@ impl ActReply {
             ActReply::Accepted(_) => "ACCEPTED",
             ActReply::Refused(_) => "REFUSED",
             ActReply::NotFound => "NOT_FOUND",
-            ActReply::Paused => "PAUSED",
+            ActReply::Paused(_) => "PAUSED",
             ActReply::WaitTimeout => "REJECTED_WAIT_TIMEOUT",
         }
     }
@@ -126,8 +160,8 @@ pub enum AdminReply {
         /// Units held or sold, the lowest total allowed.
         committed: u64,
     },
-    /// The SKU cannot be written now.
-    Paused,
+    /// The SKU cannot be written now, for the reason given.
+    Paused(PauseReason),
 }
 
 /// A command for the owner.

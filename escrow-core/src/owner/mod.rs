@@ -42,8 +42,8 @@ use crate::reservation::{Refusal, Reservation, Status, Transition};
 
 pub use gate::{gate, GateView};
 pub use messages::{
-    ActReply, Action, AdminChange, AdminReply, Command, CommitError, Io, Reply, ReserveReply,
-    ReserveRequest, Ticket,
+    ActReply, Action, AdminChange, AdminReply, Command, CommitError, Io, PauseReason, Reply,
+    ReserveReply, ReserveRequest, Ticket,
 };
 
 /// How often an idle owner wakes to expire due holds and return units.
@@ -353,7 +353,8 @@ impl SkuOwner {
     pub fn gate_view(&self, link_down: bool) -> GateView {
         GateView {
             available: self.ledger.available,
-            stopped: self.paused || self.is_halted(),
+            paused: self.paused,
+            halted: self.is_halted(),
             central: self.mode == Mode::Central,
             coordinated: self.cfg.coordinated,
             link_down,
@@ -502,7 +503,7 @@ impl SkuOwner {
             }
         }
         if self.fenced || self.drifted {
-            return self.refuse(work);
+            return self.refuse(work, PauseReason::Halted);
         }
         if self.needs_reload {
             self.phase = Phase::Reloading(work);
@@ -527,7 +528,10 @@ impl SkuOwner {
             .chain(self.overflow.drain(..))
             .collect();
         for p in waiting {
-            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+            self.reply(
+                p.ticket,
+                Reply::Reserve(ReserveReply::Paused(PauseReason::Halted)),
+            );
         }
     }
 
@@ -549,11 +553,11 @@ impl SkuOwner {
                 self.needs_reload = false;
                 self.adopt(record);
                 if self.drifted {
-                    return self.refuse(work);
+                    return self.refuse(work, PauseReason::Halted);
                 }
                 self.next_admin(work);
             }
-            None => self.refuse(work),
+            None => self.refuse(work, PauseReason::Storage),
         }
     }
 
@@ -571,7 +575,7 @@ impl SkuOwner {
                     self.plan(work);
                 }
                 // Unknown is not "not found": refuse, nothing was written.
-                None => self.refuse(work),
+                None => self.refuse(work, PauseReason::Storage),
             },
             Phase::ReadingExisting(mut work) => {
                 match rows {
@@ -595,7 +599,8 @@ impl SkuOwner {
                     }
                     None => {
                         for p in std::mem::take(&mut work.existing) {
-                            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                            let reply = ReserveReply::Paused(PauseReason::Storage);
+                            self.reply(p.ticket, Reply::Reserve(reply));
                         }
                     }
                 }
@@ -681,9 +686,9 @@ impl SkuOwner {
                     self.next_admin(work);
                 }
                 Err(error) => {
-                    self.commit_failed(error);
-                    self.reply(ticket, Reply::Admin(AdminReply::Paused));
-                    self.refuse(work);
+                    let reason = self.commit_failed(error);
+                    self.reply(ticket, Reply::Admin(AdminReply::Paused(reason)));
+                    self.refuse(work, reason);
                 }
             },
             Phase::Committing(mut work) => match result {
@@ -693,8 +698,8 @@ impl SkuOwner {
                     self.committed(work, outcome)
                 }
                 Err(error) => {
-                    self.commit_failed(error);
-                    self.refuse(work);
+                    let reason = self.commit_failed(error);
+                    self.refuse(work, reason);
                 }
             },
             other => panic!("a commit result in phase {other:?}"),
@@ -789,7 +794,8 @@ impl SkuOwner {
         let mut seen = HashSet::new();
         for p in std::mem::take(&mut work.fresh) {
             if self.paused {
-                self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                let reply = ReserveReply::Paused(PauseReason::AdminPause);
+                self.reply(p.ticket, Reply::Reserve(reply));
             } else if p.known {
                 work.lookups.push(p);
             } else if seen.insert(p.request.request_key.clone()) {
@@ -1065,15 +1071,17 @@ impl SkuOwner {
                         self.reply(p.ticket, Reply::Reserve(ReserveReply::SoldOut));
                     }
                     TakeEnd::Unreachable => {
-                        self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+                        let reply = ReserveReply::Paused(PauseReason::CoordinatorUnreachable);
+                        self.reply(p.ticket, Reply::Reserve(reply));
                     }
                     TakeEnd::Moving | TakeEnd::NotAsked
                         if self.parked.len() < self.cfg.parked_max =>
                     {
                         self.parked.push_back(p);
                     }
+                    // Never waited: the list of waiting requests is full.
                     TakeEnd::Moving | TakeEnd::NotAsked => {
-                        self.reply(p.ticket, Reply::Reserve(ReserveReply::WaitTimeout));
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::QueueFull));
                     }
                 }
             }
@@ -1083,14 +1091,14 @@ impl SkuOwner {
         self.phase = Phase::Idle;
     }
 
-    /// Answers every command of a batch that was not committed: nothing
-    /// of theirs was written.
-    fn refuse(&mut self, mut work: Work) {
+    /// Answers every command of a batch that was not committed PAUSED,
+    /// for `reason`: nothing of theirs was written.
+    fn refuse(&mut self, mut work: Work, reason: PauseReason) {
         for (ticket, _) in std::mem::take(&mut work.admins) {
-            self.reply(ticket, Reply::Admin(AdminReply::Paused));
+            self.reply(ticket, Reply::Admin(AdminReply::Paused(reason)));
         }
         for a in std::mem::take(&mut work.acts) {
-            self.reply(a.ticket, Reply::Act(ActReply::Paused));
+            self.reply(a.ticket, Reply::Act(ActReply::Paused(reason)));
         }
         let reserves = [
             std::mem::take(&mut work.fresh),
@@ -1101,15 +1109,22 @@ impl SkuOwner {
             std::mem::take(&mut work.existing),
         ];
         for p in reserves.into_iter().flatten() {
-            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused));
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused(reason)));
         }
         self.phase = Phase::Idle;
     }
 
-    fn commit_failed(&mut self, error: CommitError) {
+    /// Stops the owner after a failed commit; the reason its buyers are told.
+    fn commit_failed(&mut self, error: CommitError) -> PauseReason {
         match error {
-            CommitError::Fenced => self.fenced = true,
-            CommitError::Failed => self.needs_reload = true,
+            CommitError::Fenced => {
+                self.fenced = true;
+                PauseReason::Halted
+            }
+            CommitError::Failed => {
+                self.needs_reload = true;
+                PauseReason::Storage
+            }
         }
     }
 

@@ -527,7 +527,45 @@ fn a_late_take_keeps_its_buyers_waiting_until_their_deadline() {
     h.owner.handle_take_answer(None);
     let (ticket, reply) = h.owner.poll_reply().expect("a failed take answers");
     assert_eq!(ticket, failed_ticket);
-    assert!(matches!(reply, Reply::Reserve(ReserveReply::Paused)));
+    assert_eq!(
+        reply,
+        Reply::Reserve(ReserveReply::Paused(PauseReason::CoordinatorUnreachable))
+    );
     assert_eq!(h.owner.ledger(), h.book.ledger);
     assert_eq!(h.book.ledger.held, 0);
+}
+
+/// Goal: a buyer turned away because the SKU's list of waiting buyers is
+/// full is told REJECTED_QUEUE_FULL, not REJECTED_WAIT_TIMEOUT: it never
+/// waited. Nothing of it is written, and those parked keep waiting.
+#[test]
+fn a_full_parked_list_answers_queue_full() {
+    let mut h = Harness::new(0, 0);
+    // A unit in transit elsewhere: not sold out, so buyers wait for units.
+    h.in_transit.insert("elsewhere".into(), 1);
+    h.total += 1;
+    let parked_max = 64;
+    let buyers = parked_max + 8;
+    let mut tickets = Vec::new();
+    for first in (0..buyers).step_by(8) {
+        let commands: Vec<Command> = (first..first + 8)
+            .map(|k| {
+                let k = u8::try_from(k).unwrap();
+                let command = h.reserve(k, k, 1);
+                tickets.push(h.next_ticket);
+                command
+            })
+            .collect();
+        h.batch(commands);
+        h.now_ms += 1;
+    }
+    assert_eq!(h.owner.parked(), parked_max);
+    let full: Vec<&Reply> = tickets.iter().filter_map(|t| h.answers.get(t)).collect();
+    assert_eq!(full.len(), buyers - parked_max, "{full:?}");
+    for reply in full {
+        assert_eq!(reply, &Reply::Reserve(ReserveReply::QueueFull));
+    }
+    assert_eq!(h.book.ledger.held, 0);
+    assert_eq!(h.owner.ledger(), h.book.ledger);
+    h.check().unwrap();
 }

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::bodies::{AuditBody, AuditRegion, AuditSku, OutcomeBody, RegionView, SkuViewBody};
 use super::error::ApiError;
 use super::json::JsonBody;
-use crate::owner::{AdminChange, AdminReply, Command, OwnerHandle};
+use crate::owner::{AdminChange, AdminReply, Command, OwnerHandle, PauseReason};
 use crate::state::AppState;
 
 /// Largest total or stock addition accepted: far above any real sale,
@@ -122,10 +122,13 @@ async fn change(handle: &OwnerHandle, change: AdminChange) -> Result<(), ApiErro
         .queue
         .send(Command::Admin(change, tx))
         .await
-        .map_err(|_| ApiError::Paused)?;
-    match rx.await.map_err(|_| ApiError::Paused)? {
+        .map_err(|_| ApiError::Paused(PauseReason::Halted))?;
+    match rx
+        .await
+        .map_err(|_| ApiError::Paused(PauseReason::Halted))?
+    {
         AdminReply::Done => Ok(()),
-        AdminReply::Paused => Err(ApiError::Paused),
+        AdminReply::Paused(reason) => Err(ApiError::Paused(reason)),
         AdminReply::BelowCommitted { committed } => Err(ApiError::Conflict(format!(
             "total may not go below the {committed} units held or sold"
         ))),
@@ -146,7 +149,7 @@ async fn change(handle: &OwnerHandle, change: AdminChange) -> Result<(), ApiErro
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: the total would go below the units held or sold, or the agent is managed by a coordinator; nothing changes", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: creating the SKU failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -248,7 +251,7 @@ pub async fn get_sku(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -295,7 +298,7 @@ async fn set_paused(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -319,7 +322,7 @@ pub async fn pause(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED`: the SKU is halted by the agent (fenced, drift, reload)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]

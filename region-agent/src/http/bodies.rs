@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use escrow_core::owner::PauseReason;
 use escrow_core::{Qty, RequestKey, Reservation, Sku, Status, UserId};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -41,7 +42,7 @@ pub enum Outcome {
 }
 
 /// An answer naming only an outcome, with what is wrong for `BAD_REQUEST`
-/// and `CONFLICT`.
+/// and `CONFLICT`, and why for `PAUSED`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OutcomeBody {
     /// What happened.
@@ -49,6 +50,13 @@ pub struct OutcomeBody {
     /// What is wrong (`BAD_REQUEST`, `CONFLICT` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the SKU cannot sell or be written now (`PAUSED` only, always
+    /// there): `admin_pause` (paused by an admin), `halted` (the agent
+    /// stopped the SKU: drift, fencing, a reload pending), `coordinator_unreachable`
+    /// (the coordinator could not be asked) or `storage` (a commit or read
+    /// of the database failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<PauseReason>,
 }
 
 impl OutcomeBody {
@@ -57,6 +65,16 @@ impl OutcomeBody {
         Self {
             outcome,
             error: None,
+            reason: None,
+        }
+    }
+
+    /// `PAUSED`, for `reason`.
+    pub fn paused(reason: PauseReason) -> Self {
+        Self {
+            outcome: Outcome::Paused,
+            error: None,
+            reason: Some(reason),
         }
     }
 }

@@ -21,7 +21,9 @@ use super::bodies::{
 };
 use super::error::ApiError;
 use super::json::{JsonBody, OptionalJsonBody};
-use crate::owner::{ActReply, Action, Command, OwnerHandle, ReserveReply, ReserveRequest};
+use crate::owner::{
+    ActReply, Action, Command, OwnerHandle, PauseReason, ReserveReply, ReserveRequest,
+};
 use crate::state::AppState;
 
 /// `POST /v1/reservations` body.
@@ -124,7 +126,7 @@ fn enqueue(handle: &OwnerHandle, command: Command) -> Result<(), ApiError> {
                 .increment(1);
             ApiError::QueueFull
         }
-        mpsc::error::TrySendError::Closed(_) => ApiError::Paused,
+        mpsc::error::TrySendError::Closed(_) => ApiError::Paused(PauseReason::Halted),
     })
 }
 
@@ -143,7 +145,7 @@ fn enqueue(handle: &OwnerHandle, command: Command) -> Result<(), ApiError> {
         (status = 409, description = "`SOLD_OUT` or `USER_LIMIT`; nothing written", body = OutcomeBody),
         (status = 422, description = "`KEY_REUSED`: the key has a reservation for another user, SKU or qty", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: the read of a known key failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` (paused, halted, or the coordinator cannot be asked), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `admin_pause` (paused by an admin), `halted` (drift, fencing, reload), `coordinator_unreachable` (a take failed, the link is down) or `storage` (a commit or read failed); `REJECTED_QUEUE_FULL` (the owner's queue or its list of buyers waiting for units is full) or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -179,7 +181,11 @@ pub async fn reserve(
         metrics::counter!("escrow_reservations_total", "outcome" => reply.outcome()).increment(1);
         return match reply {
             ReserveReply::SoldOut => Ok(outcome_only(StatusCode::CONFLICT, Outcome::SoldOut)),
-            _ => Err(ApiError::Paused),
+            ReserveReply::Paused(reason) => Err(ApiError::Paused(reason)),
+            other => Err(ApiError::Internal(format!(
+                "the gate answered {}",
+                other.outcome()
+            ))),
         };
     }
     let deadline = Deadline::after(state.now_ms(), state.wait_timeout_ms());
@@ -192,7 +198,9 @@ pub async fn reserve(
     };
     enqueue(&handle, Command::Reserve(request, deadline, tx))?;
     // The owner answers every queued request; a dropped sender means it stopped.
-    let reply = rx.await.map_err(|_| ApiError::Paused)?;
+    let reply = rx
+        .await
+        .map_err(|_| ApiError::Paused(PauseReason::Halted))?;
     Ok(match reply {
         ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, Outcome::Held, &r),
         ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, Outcome::Replay, &r),
@@ -201,7 +209,8 @@ pub async fn reserve(
         ReserveReply::KeyReused => {
             outcome_only(StatusCode::UNPROCESSABLE_ENTITY, Outcome::KeyReused)
         }
-        ReserveReply::Paused => return Err(ApiError::Paused),
+        ReserveReply::Paused(reason) => return Err(ApiError::Paused(reason)),
+        ReserveReply::QueueFull => return Err(ApiError::QueueFull),
         ReserveReply::WaitTimeout => return Err(ApiError::WaitTimeout),
     })
 }
@@ -264,14 +273,16 @@ async fn act(
     let deadline = Deadline::after(state.now_ms(), state.wait_timeout_ms());
     let (tx, rx) = oneshot::channel();
     enqueue(&handle, Command::Act(key, action, deadline, tx))?;
-    let reply = rx.await.map_err(|_| ApiError::Paused)?;
+    let reply = rx
+        .await
+        .map_err(|_| ApiError::Paused(PauseReason::Halted))?;
     Ok(match reply {
         ActReply::Accepted(r) => reservation_json(&state, &r).into_response(),
         ActReply::Refused(r) => {
             (StatusCode::CONFLICT, reservation_json(&state, &r)).into_response()
         }
         ActReply::NotFound => return Err(ApiError::NotFound),
-        ActReply::Paused => return Err(ApiError::Paused),
+        ActReply::Paused(reason) => return Err(ApiError::Paused(reason)),
         ActReply::WaitTimeout => return Err(ApiError::WaitTimeout),
     })
 }
@@ -289,7 +300,7 @@ async fn act(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
         (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -314,7 +325,7 @@ pub async fn confirm(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
         (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -340,7 +351,7 @@ pub async fn release(
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
         (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` (SKU halted, the owner's read failed, a commit failed), `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]

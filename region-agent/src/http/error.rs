@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::bodies::{NotFoundBody, NotFoundStatus, Outcome, OutcomeBody};
+use crate::owner::PauseReason;
 use crate::store::StoreError;
 
 /// Everything a handler can answer besides success.
@@ -28,9 +29,9 @@ pub enum ApiError {
     /// A state conflict an admin must resolve.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The SKU cannot sell now.
-    #[error("paused")]
-    Paused,
+    /// The SKU cannot sell now, for the reason given.
+    #[error("paused: {}", .0.as_str())]
+    Paused(PauseReason),
     /// The owner's queue is full; nothing written.
     #[error("queue full")]
     QueueFull,
@@ -45,15 +46,15 @@ pub enum ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Fenced => ApiError::Paused,
+            StoreError::Fenced => ApiError::Paused(PauseReason::Halted),
             other => ApiError::Internal(other.to_string()),
         }
     }
 }
 
-fn retry_after(status: StatusCode, outcome: Outcome) -> Response {
+fn retry_after(status: StatusCode, body: OutcomeBody) -> Response {
     let retry = [(header::RETRY_AFTER, "1")];
-    (status, retry, Json(OutcomeBody::of(outcome))).into_response()
+    (status, retry, Json(body)).into_response()
 }
 
 impl IntoResponse for ApiError {
@@ -64,6 +65,7 @@ impl IntoResponse for ApiError {
                 OutcomeBody {
                     outcome: Outcome::BadRequest,
                     error: Some(error),
+                    reason: None,
                 },
             ),
             ApiError::Unauthorized => (
@@ -82,18 +84,22 @@ impl IntoResponse for ApiError {
                 OutcomeBody {
                     outcome: Outcome::Conflict,
                     error: Some(error),
+                    reason: None,
                 },
             ),
-            ApiError::Paused => {
-                return retry_after(StatusCode::SERVICE_UNAVAILABLE, Outcome::Paused)
+            ApiError::Paused(reason) => {
+                return retry_after(StatusCode::SERVICE_UNAVAILABLE, OutcomeBody::paused(reason))
             }
             ApiError::QueueFull => {
-                return retry_after(StatusCode::SERVICE_UNAVAILABLE, Outcome::RejectedQueueFull)
+                return retry_after(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    OutcomeBody::of(Outcome::RejectedQueueFull),
+                )
             }
             ApiError::WaitTimeout => {
                 return retry_after(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    Outcome::RejectedWaitTimeout,
+                    OutcomeBody::of(Outcome::RejectedWaitTimeout),
                 )
             }
             ApiError::Internal(detail) => {

@@ -29,7 +29,7 @@ use escrow_core::{Deadline, RegionName, RequestKey, Reservation};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use escrow_core::owner::{
-    ActReply, Action, AdminChange, AdminReply, ReserveReply, ReserveRequest,
+    ActReply, Action, AdminChange, AdminReply, PauseReason, ReserveReply, ReserveRequest,
 };
 pub use view::{SkuSnapshot, SkuView};
 

@@ -103,7 +103,8 @@ impl SkuView {
     pub fn gate_view(&self, link_down: bool) -> GateView {
         GateView {
             available: self.available(),
-            stopped: self.is_stopped(),
+            paused: self.paused.load(Ordering::Acquire),
+            halted: self.halted.load(Ordering::Acquire),
             central: self.central.load(Ordering::Acquire),
             coordinated: self.coordinated.load(Ordering::Acquire),
             link_down,

@@ -186,7 +186,7 @@ impl World {
         match (action, reply) {
             // An extend only keeps the hold; its answer changes nothing for the buyer.
             (BuyerAction::Extend, _) => {}
-            (_, ActReply::Paused | ActReply::WaitTimeout) => {
+            (_, ActReply::Paused(_) | ActReply::WaitTimeout) => {
                 self.retry_action(b, action_event(b, action));
             }
             (BuyerAction::Confirm, ActReply::Accepted(r)) => {
