@@ -171,8 +171,9 @@ struct TailArgs {
     /// tail-merge, static, refill, proportional).
     #[arg(long, value_delimiter = ',', default_values_t = bench::tail::DEFAULT_POLICIES.map(String::from))]
     policies: Vec<String>,
-    /// Most reserve requests in flight at once, over all buyers.
-    #[arg(long, default_value_t = 600)]
+    /// Most reserve requests in flight at once, per region (a region's
+    /// buyers wait for none of another region's).
+    #[arg(long, default_value_t = 300)]
     in_flight: usize,
     /// Every buyer arrives within this window, evenly spaced, ms (default:
     /// the preset's, 500 on loopback).

@@ -100,6 +100,15 @@ impl Notices {
             .unwrap_or_else(News::everything)
     }
 
+    /// The region's news without taking it: what a watch answer carries
+    /// ahead of the sync, which still takes and answers it.
+    pub fn peek_news(&self, region: &RegionName) -> News {
+        self.news_map()
+            .get(region)
+            .cloned()
+            .unwrap_or_else(News::everything)
+    }
+
     /// Gives back news a sync took and could not answer.
     pub fn restore_news(&self, region: &RegionName, news: News) {
         let mut map = self.news_map();

@@ -45,8 +45,8 @@ use live::{Live, Snapshot, Stage};
 use screen::Screen;
 use summary::Places;
 
-/// Most reserve and confirm requests in flight at once, over all buyers.
-pub const IN_FLIGHT: usize = 600;
+/// Most reserve and confirm requests in flight at once, per region.
+pub const IN_FLIGHT: usize = 300;
 /// Flags of the coordinator and the agents.
 pub const CLUSTER_FLAGS: ClusterFlags = ClusterFlags {
     sync_interval_ms: 200,

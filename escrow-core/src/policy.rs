@@ -396,7 +396,10 @@ fn default_move_overhead_ms() -> u64 {
 impl Default for TailMergeSettings {
     fn default() -> Self {
         Self {
-            refill: RefillSettings::default(),
+            refill: RefillSettings {
+                reserve_fraction: 0.0,
+                ..RefillSettings::default()
+            },
             merge_units: 20,
             merge_fraction: 0.02,
             merge_horizon_ms: 0,

@@ -78,10 +78,16 @@ impl PolicyChoice {
             "static" => Self::Static,
             "refill" => Self::Refill(refill),
             "proportional" => Self::Proportional(ProportionalShare::default()),
-            "tail-merge" => Self::TailMerge(TailMergeSettings {
-                refill,
-                ..TailMergeSettings::default()
-            }),
+            "tail-merge" => {
+                let d = TailMergeSettings::default();
+                Self::TailMerge(TailMergeSettings {
+                    refill: RefillSettings {
+                        sync_interval_ms,
+                        ..d.refill
+                    },
+                    ..d
+                })
+            }
             "central" => Self::Central,
             _ => return Err(ChoiceError::UnknownPolicy(name.to_owned())),
         })

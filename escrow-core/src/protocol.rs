@@ -187,12 +187,28 @@ pub struct WatchRequest {
 }
 
 /// Coordinator -> agent, the answer to a [`WatchRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// With news it carries what the region's next sync would answer for the
+/// SKUs concerned: their directives and the grants pending to the region.
+/// The agent applies them at once, as it applies a sync's answer (grants
+/// are credited once per id, `return_until` is cumulative), so a grant
+/// reaches a far region in half a round trip and a recall's units start
+/// back after half a round trip, instead of after a further sync. The
+/// agent still syncs at once: that sync acknowledges the grants, delivers
+/// the returns and corrects anything this answer read before it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WatchResponse {
     /// The region's current notice number; past `seen` means: sync now.
     pub notice: u64,
+    /// Grants pending to the region, for the SKUs in `skus`.
+    #[serde(default)]
+    pub grants: Vec<TransferMsg>,
+    /// Directives of the SKUs with news for the region (none when the
+    /// coordinator leaves everything to the sync).
+    #[serde(default)]
+    pub skus: Vec<SkuDirective>,
 }
 
 /// Agent -> coordinator: units a buyer needs now that the region lacks.

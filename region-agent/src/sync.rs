@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest};
+use escrow_core::protocol::{
+    SkuDirective, SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest,
+};
 use escrow_core::{Reports, Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
 
@@ -37,6 +39,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
     metrics::gauge!("escrow_coordinator_down").set(if link.is_down() { 1.0 } else { 0.0 });
     let interval = Duration::from_millis(link.sync_interval_ms);
     tokio::spawn(watch_notices(
+        state.clone(),
         link.clone(),
         state.fence().epoch().0,
         stop.clone(),
@@ -115,7 +118,12 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
 /// one hop rather than after a sync interval. A coordinator that cannot be
 /// reached is retried after a sync interval; the periodic sync goes on
 /// regardless.
-async fn watch_notices(link: Arc<CoordinatorLink>, epoch: i64, mut stop: watch::Receiver<bool>) {
+async fn watch_notices(
+    state: AppState,
+    link: Arc<CoordinatorLink>,
+    epoch: i64,
+    mut stop: watch::Receiver<bool>,
+) {
     let pause = Duration::from_millis(link.sync_interval_ms);
     let mut seen = 0;
     loop {
@@ -129,6 +137,7 @@ async fn watch_notices(link: Arc<CoordinatorLink>, epoch: i64, mut stop: watch::
                 Ok(resp) => {
                     if resp.notice != seen {
                         seen = resp.notice;
+                        hand_to_owners(&state, resp.skus, resp.grants).await;
                         link.request_sync();
                     }
                 }
@@ -149,14 +158,27 @@ async fn watch_notices(link: Arc<CoordinatorLink>, epoch: i64, mut stop: watch::
 }
 
 async fn apply(state: &AppState, resp: SyncResponse) {
+    hand_to_owners(state, resp.skus, resp.grants).await;
+    if let Err(error) = state.store().confirm_grants(&resp.confirmed).await {
+        tracing::warn!(%error, "recording confirmed grants failed");
+    }
+    if let Err(error) = state.store().forget_returns(&resp.applied_returns).await {
+        tracing::warn!(%error, "forgetting applied returns failed");
+    }
+}
+
+/// Gives each SKU's owner its directive and the grants pending to it, from
+/// a sync's answer or a watch's; a SKU the agent does not have yet is
+/// created from its directive.
+async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Vec<TransferMsg>) {
     let mut grants: HashMap<(String, String), Vec<TransferMsg>> = HashMap::new();
-    for grant in resp.grants {
+    for grant in all {
         grants
             .entry((grant.tenant.clone(), grant.sku.clone()))
             .or_default()
             .push(grant);
     }
-    for directive in resp.skus {
+    for directive in directives {
         let (Ok(tenant), Ok(sku)) = (Tenant::parse(&directive.tenant), Sku::parse(&directive.sku))
         else {
             tracing::warn!(tenant = %directive.tenant, sku = %directive.sku, "directive with a bad id ignored");
@@ -187,15 +209,17 @@ async fn apply(state: &AppState, resp: SyncResponse) {
             .remove(&(directive.tenant.clone(), directive.sku.clone()))
             .unwrap_or_default();
         // Its own channel: a full buyer queue never holds a directive back.
-        handle.control.send_replace(Some(Control {
-            directive,
-            grants: for_sku,
-        }));
-    }
-    if let Err(error) = state.store().confirm_grants(&resp.confirmed).await {
-        tracing::warn!(%error, "recording confirmed grants failed");
-    }
-    if let Err(error) = state.store().forget_returns(&resp.applied_returns).await {
-        tracing::warn!(%error, "forgetting applied returns failed");
+        // Grants an earlier word carried that the owner has not read yet
+        // stay with the newer directive (a watch's and a sync's answers can
+        // both arrive between two of its batches).
+        handle.control.send_modify(|control| {
+            let mut grants = control.take().map(|c| c.grants).unwrap_or_default();
+            for grant in for_sku {
+                if !grants.iter().any(|g| g.id == grant.id) {
+                    grants.push(grant);
+                }
+            }
+            *control = Some(Control { directive, grants });
+        });
     }
 }

@@ -27,6 +27,7 @@ use escrow_core::owner::{
 };
 use escrow_core::protocol::{
     SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+    WatchResponse,
 };
 use escrow_core::{
     Book, Deadline, Mode, Qty, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, UserId,
@@ -707,6 +708,29 @@ impl Agent {
         self.on_sync_tick(now_us, out);
     }
 
+    /// The coordinator's watch answer came with news: its directive and
+    /// grants go to the owner as a sync's would, and a sync follows at once.
+    pub fn on_notice(&mut self, now_us: u64, news: &WatchResponse, out: &mut Vec<Effect>) {
+        if let Some(d) = news.skus.first() {
+            self.follow(d, &news.grants);
+        }
+        self.request_sync(now_us, out);
+        self.pump(now_us, out);
+    }
+
+    /// Keeps the coordinator's latest directive for the owner's next idle
+    /// moment, with every grant not yet handed over (a watch's and a
+    /// sync's answers can both arrive between two batches).
+    fn follow(&mut self, d: &SkuDirective, grants: &[TransferMsg]) {
+        let mut kept = self.control.take().map(|(_, g)| g).unwrap_or_default();
+        for grant in grants {
+            if !kept.iter().any(|g| g.id == grant.id) {
+                kept.push(grant.clone());
+            }
+        }
+        self.control = Some((d.clone(), kept));
+    }
+
     /// The coordinator answered a sync (an answer to another call is dropped).
     pub fn on_sync_reply(
         &mut self,
@@ -722,7 +746,7 @@ impl Agent {
         self.last_rtt_ms = (now_us - sent.sent_us) / 1_000;
         self.link_down = false;
         if let Some(d) = resp.skus.first() {
-            self.control = Some((d.clone(), resp.grants.clone()));
+            self.follow(d, &resp.grants);
         }
         self.db
             .pending_acks

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use escrow_core::allocation::{
     self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
 };
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
+use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse};
 use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant};
 
 /// The coordinator of one SKU.
@@ -197,6 +197,27 @@ impl Coordinator {
             if !self.noticed.contains(&r) {
                 self.noticed.push(r);
             }
+        }
+    }
+
+    /// The answer to region `r`'s watch call when it has news: the SKU's
+    /// directive and its grants pending to `r`, as the real coordinator
+    /// answers (nothing for an incarnation that is not the region's
+    /// current session, which the real one fences the same way).
+    pub fn watch_news(&self, r: usize, epoch: u32) -> WatchResponse {
+        let current = self.sessions[r].is_some_and(|s| s.epoch == i64::from(epoch));
+        WatchResponse {
+            notice: 0,
+            grants: if current {
+                self.allocation.pending_grants(r)
+            } else {
+                Vec::new()
+            },
+            skus: if current {
+                vec![self.allocation.directive(r)]
+            } else {
+                Vec::new()
+            },
         }
     }
 

@@ -9,7 +9,7 @@
 //! refuses connections, calls fail after one round trip). Buyers reach their
 //! own region's agent without crossing this network.
 
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse};
+use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse};
 
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -28,8 +28,9 @@ pub enum Payload {
     /// The coordinator's host refused the connection (the process is down).
     Refused,
     /// Coordinator -> agent: the answer to its held-open watch call, sent
-    /// when the coordinator has news for the region: sync now.
-    Notice,
+    /// when the coordinator has news for the region, with that news's
+    /// directive and pending grants: apply them and sync now.
+    Notice(WatchResponse),
 }
 
 impl Payload {

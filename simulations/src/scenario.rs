@@ -380,7 +380,12 @@ pub struct RefillConfig {
 
 impl Default for RefillConfig {
     fn default() -> Self {
-        let d = RefillSettings::default();
+        Self::from(RefillSettings::default())
+    }
+}
+
+impl From<RefillSettings> for RefillConfig {
+    fn from(d: RefillSettings) -> Self {
         Self {
             reserve_fraction: d.reserve_fraction,
             low_water_s: d.low_water_s,
@@ -430,7 +435,7 @@ impl Default for TailMergeConfig {
     fn default() -> Self {
         let d = TailMergeSettings::default();
         Self {
-            refill: RefillConfig::default(),
+            refill: RefillConfig::from(d.refill),
             merge_units: d.merge_units,
             merge_fraction: d.merge_fraction,
             merge_horizon_ms: d.merge_horizon_ms,

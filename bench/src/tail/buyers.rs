@@ -5,9 +5,13 @@
 //! a retry after a 503 is the same request again (the contract makes that
 //! safe). A 503 is retried after `Retry-After` (or the buyer's own wait)
 //! until the buyer's patience runs out; HELD or SOLD_OUT ends it. At most
-//! `in_flight` requests are on the wire at once, over keep-alive
+//! `in_flight` requests per region are on the wire at once, over keep-alive
 //! connections pooled per agent (a waiting buyer holds no connection), so
-//! a crowd of 200,000 needs no more sockets than requests in flight.
+//! a crowd of 200,000 needs no more sockets than requests in flight. The
+//! bound is per region because a region's buyers are other people on
+//! other machines: requests waiting in one region (buyers parked while
+//! units move) must not hold back another region's arrivals, which would
+//! read to the coordinator as that region's demand ending.
 //!
 //! A buyer whose arrival says so pays for its hold: after its delay it
 //! confirms it (`POST .../confirm`, retried like a reserve). The crowd's
@@ -39,7 +43,7 @@ pub const IN_FLIGHT_MAX: usize = 10_000;
 pub struct Crowd {
     /// One agent per region, in the sale's region order.
     pub agents: Vec<SocketAddr>,
-    /// Most requests in flight at once.
+    /// Most requests in flight at once, per region.
     pub in_flight: usize,
     /// Makes the run's request keys unique.
     pub run_id: String,
@@ -194,6 +198,8 @@ pub struct BuyerLog {
 struct Pool {
     addr: SocketAddr,
     idle: Mutex<Vec<Conn>>,
+    /// The region's requests on the wire at once.
+    in_flight: Semaphore,
 }
 
 impl Pool {
@@ -229,7 +235,6 @@ impl Pool {
 
 struct Shared {
     pools: Vec<Pool>,
-    in_flight: Semaphore,
     bearer: Bearer,
     origin: Origin,
     run_id: String,
@@ -263,9 +268,9 @@ pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
             .map(|&addr| Pool {
                 addr,
                 idle: Mutex::new(Vec::new()),
+                in_flight: Semaphore::new(crowd.in_flight),
             })
             .collect(),
-        in_flight: Semaphore::new(crowd.in_flight),
         bearer: Bearer::new(TENANT_KEY)?,
         origin,
         run_id: crowd.run_id,
@@ -327,7 +332,7 @@ async fn buyer(
     let mut first_sent_us = None;
     let mut retries = 0u32;
     let (end, ended_us) = loop {
-        let permit = shared.in_flight.acquire().await;
+        let permit = pool.in_flight.acquire().await;
         let sent_us = shared.origin.now_us();
         let first = *first_sent_us.get_or_insert(sent_us);
         let answer = pool
@@ -419,7 +424,7 @@ async fn pay(shared: &Shared, pool: &Pool, key: &str, patience: Patience) -> Out
     let path = format!("/v1/reservations/{key}/confirm");
     let first = shared.origin.now_us();
     loop {
-        let permit = shared.in_flight.acquire().await;
+        let permit = pool.in_flight.acquire().await;
         let answer = pool.post(&path, &shared.bearer, None).await;
         drop(permit);
         let (outcome, retry_after) = match &answer {

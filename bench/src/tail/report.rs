@@ -25,7 +25,7 @@ pub fn header(machine: &Machine, settings: &TailSettings, commit: &str) -> Strin
         .map_or("default".to_owned(), |ms| ms.to_string());
     let _ = writeln!(
         out,
-        "Code: {commit}. Coordinator and agents --sync-interval-ms {}; agents --max-in-flight {} --max-waiting {} --wait-timeout-ms {wait}; --db-pool-size {}; buyers: at most {} requests in flight.",
+        "Code: {commit}. Coordinator and agents --sync-interval-ms {}; agents --max-in-flight {} --max-waiting {} --wait-timeout-ms {wait}; --db-pool-size {}; buyers: at most {} requests in flight per region.",
         c.sync_interval_ms, c.max_in_flight, c.max_waiting, c.db_pool_size, settings.in_flight
     );
     out

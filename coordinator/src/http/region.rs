@@ -86,7 +86,8 @@ pub async fn take(
 }
 
 /// `POST /v1/regions/{region}/watch`: held open until the coordinator has
-/// news for the region or the bounded wait passes; the agent then syncs.
+/// news for the region or the bounded wait passes, answered with the
+/// news's directives and pending grants; the agent then syncs.
 #[utoipa::path(
     post,
     path = "/v1/regions/{region}/watch",
@@ -94,7 +95,8 @@ pub async fn take(
     params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
     request_body = WatchRequest,
     responses(
-        (status = 200, description = "The region's notice number, once it differs from `seen` or the wait passed", body = WatchResponse),
+        (status = 200, description = "The region's notice number, once it differs from `seen` or the wait passed; with news, the directives of the SKUs concerned and their grants pending to the region", body = WatchResponse),
+        (status = 500, description = "`INTERNAL`: database failure reading the news; details logged only", body = OutcomeBody),
         (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
         (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
@@ -115,5 +117,14 @@ pub async fn watch(
         .notices()
         .wait(&region, req.seen, req.wait_ms)
         .await;
-    Ok(Json(WatchResponse { notice }))
+    let (grants, skus) = if notice == req.seen {
+        (Vec::new(), Vec::new())
+    } else {
+        state.store().watch_news(&region, req.epoch).await?
+    };
+    Ok(Json(WatchResponse {
+        notice,
+        grants,
+        skus,
+    }))
 }

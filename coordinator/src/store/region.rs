@@ -10,7 +10,9 @@ use std::collections::{BTreeSet, HashSet};
 
 use chrono::Utc;
 use escrow_core::allocation::{self, AgentSession, SkuSynced, TakeHistory};
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg};
+use escrow_core::protocol::{
+    SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+};
 use escrow_core::RegionName;
 
 use crate::notices::News;
@@ -19,6 +21,10 @@ use crate::policies::Policies;
 use super::backend::{sql, Tx};
 use super::books::{count, load_region, load_to_change, save, stored, Lock};
 use super::{new_grant_id, Store, StoreError};
+
+/// Most SKUs a watch answer carries directives for; more news than this
+/// is left to the sync the answer triggers.
+pub const WATCH_NEWS_SKUS_MAX: usize = 64;
 
 /// The region's agent row, locked: its session as the rules see it, and
 /// the (epoch, seq) stored, which the update is conditional on.
@@ -314,6 +320,45 @@ impl Store {
             Some(index),
         );
         Ok(Some(synced))
+    }
+
+    /// What a watch answer carries for `region`: for each SKU with news
+    /// (at most [`WATCH_NEWS_SKUS_MAX`]), its pending grants to the region
+    /// and its directive, read in one snapshot without locks. Nothing for
+    /// an agent whose `epoch` is not the region's current one (a fenced
+    /// process must not be handed units), nor when the news is
+    /// "everything" or longer than the bound: the sync that follows
+    /// answers those.
+    pub async fn watch_news(
+        &self,
+        region: &RegionName,
+        epoch: i64,
+    ) -> Result<(Vec<TransferMsg>, Vec<SkuDirective>), StoreError> {
+        let news = self.notices.peek_news(region);
+        let (mut grants, mut skus) = (Vec::new(), Vec::new());
+        if news.all || news.skus.is_empty() || news.skus.len() > WATCH_NEWS_SKUS_MAX {
+            return Ok((grants, skus));
+        }
+        let mut tx = self.db.snapshot().await?;
+        let current: Option<i64> = sql("SELECT epoch FROM regions WHERE region = $1")
+            .bind(region.as_str())
+            .fetch_optional(&mut tx)
+            .await?
+            .map(|row| row.try_get("epoch"))
+            .transpose()?;
+        if current == Some(epoch) {
+            for (tenant, sku) in &news.skus {
+                let loaded = load_to_change(&mut tx, tenant, sku, Lock::None).await?;
+                if let Some((loaded, index)) =
+                    loaded.and_then(|l| l.index_of(region).map(|index| (l, index)))
+                {
+                    grants.extend(loaded.allocation.pending_grants(index));
+                    skus.push(loaded.allocation.directive(index));
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok((grants, skus))
     }
 
     /// A synchronous take: grant up to `units` from the pool now, and say

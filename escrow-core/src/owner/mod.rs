@@ -831,7 +831,12 @@ impl SkuOwner {
         work.plan = plan_reserves(self.ledger.available, &quantities);
         work.take = TakeEnd::Exhausted;
         if !work.plan.overflow.is_empty() && self.cfg.coordinated && !self.sold_out_everywhere {
-            if work.now_ms < self.next_take_ms {
+            // What fits is committed now and what did not waits for the
+            // next batch's take, right after this commit: the buyers this
+            // region can serve do not wait for a round trip to the
+            // coordinator that only the others need (across an ocean, a
+            // quarter of a second for a whole batch when a region runs out).
+            if work.now_ms < self.next_take_ms || !work.plan.try_hold.is_empty() {
                 work.take = TakeEnd::NotAsked;
                 return self.build(work);
             }

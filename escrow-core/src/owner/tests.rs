@@ -386,12 +386,12 @@ fn extend_then_confirm_in_one_batch_apply_in_order() {
 #[test]
 fn directive_during_a_take_applies_with_the_batch() {
     let mut h = Harness::new(2, 5);
-    let a = h.reserve(1, 1, 1);
-    h.batch(vec![a]);
+    let first: Vec<Command> = (10..12).map(|k| h.reserve(k, k, 1)).collect();
+    h.batch(first);
     let many: Vec<Command> = (2..5).map(|k| h.reserve(k, k, 1)).collect();
     h.owner.handle_commands(h.now_ms, many);
     let Some(Io::Take(_)) = h.owner.poll_io() else {
-        panic!("three buyers for one unit ask the coordinator");
+        panic!("three buyers and no unit left: the batch asks the coordinator");
     };
     h.owner
         .handle_directive(&directive(Mode::Central, 0), Vec::new());
@@ -401,6 +401,48 @@ fn directive_during_a_take_applies_with_the_batch() {
     };
     assert!(batch.changes.contains(&StockChange::Mode(Mode::Central)));
     assert_eq!(h.owner.mode(), Mode::Central);
+}
+
+/// Goal: a batch whose buyers partly fit commits those holds without
+/// waiting for the coordinator; the rest wait, and the next batch, right
+/// after the commit, asks for their units.
+#[test]
+fn buyers_that_fit_do_not_wait_for_a_take() {
+    let mut h = Harness::new(2, 5);
+    let buyers: Vec<Command> = (1..5).map(|k| h.reserve(k, k, 1)).collect();
+    let tickets: Vec<u64> = (h.next_ticket - 3..=h.next_ticket).collect();
+    h.owner.handle_commands(h.now_ms, buyers);
+    let Some(Io::Commit(batch)) = h.owner.poll_io() else {
+        panic!("what fits commits first");
+    };
+    assert_eq!(batch.holds.len(), 2);
+    let outcome = h.write(&batch);
+    h.owner.handle_commit_result(batch, Ok(outcome));
+    while let Some((ticket, reply)) = h.owner.poll_reply() {
+        h.answers.insert(ticket, reply);
+    }
+    let held = tickets
+        .iter()
+        .filter(|t| {
+            matches!(
+                h.answers.get(t),
+                Some(Reply::Reserve(ReserveReply::Held(_)))
+            )
+        })
+        .count();
+    assert_eq!(held, 2);
+    assert_eq!(h.owner.parked(), 2);
+    assert!(
+        h.owner.poll_timeout() <= h.now_ms,
+        "the waiting buyers ask at once"
+    );
+    h.owner.handle_timeout(h.now_ms);
+    let Some(Io::Take(take)) = h.owner.poll_io() else {
+        panic!("the next batch asks the coordinator for the two that did not fit");
+    };
+    assert_eq!(take.units, 2);
+    assert_eq!(h.owner.ledger().available, 0);
+    assert_eq!(h.owner.ledger().held, 2);
 }
 
 /// Goal: a take that brought every unit it asked for lets the very next

@@ -127,6 +127,9 @@ struct Driver {
     view: Arc<SkuView>,
     queue: mpsc::Receiver<Command>,
     control: watch::Receiver<Option<Control>>,
+    /// The same channel's sending end: the owner takes what it read, so
+    /// grants are handed over once and do not pile up in the channel.
+    control_tx: Arc<watch::Sender<Option<Control>>>,
     owner: SkuOwner,
     waiting: HashMap<Ticket, Responder>,
     next_ticket: Ticket,
@@ -138,6 +141,7 @@ struct Driver {
 pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(deps.limits.max_waiting);
     let (control_tx, control_rx) = watch::channel(None);
+    let control_tx = Arc::new(control_tx);
     let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
     let cfg = OwnerConfig {
         max_in_flight: deps.limits.max_in_flight,
@@ -151,6 +155,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
         view: view.clone(),
         queue: rx,
         control: control_rx,
+        control_tx: control_tx.clone(),
         owner,
         waiting: HashMap::new(),
         next_ticket: 0,
@@ -162,7 +167,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
     let handle = OwnerHandle {
         view,
         queue: tx,
-        control: Arc::new(control_tx),
+        control: control_tx,
     };
     (handle, task)
 }
@@ -255,7 +260,13 @@ impl Driver {
 
     /// Hands the latest directive to the owner.
     fn follow(&mut self) {
-        let latest = self.control.borrow_and_update().clone();
+        self.control.borrow_and_update();
+        let mut latest = None;
+        // Taken without a new notice: the receiver marked it seen above.
+        self.control_tx.send_if_modified(|control| {
+            latest = control.take();
+            false
+        });
         let Some(control) = latest else {
             return;
         };

@@ -483,13 +483,14 @@ impl World {
             for region in self.coordinator.take_notices() {
                 let at = self.coordinator.reply_at(now);
                 let epoch = self.agents[region].epoch;
+                let news = self.coordinator.watch_news(region, epoch);
                 self.send(
                     at,
                     Envelope {
                         region,
                         call: 0,
                         epoch,
-                        payload: Payload::Notice,
+                        payload: Payload::Notice(news),
                     },
                 );
             }
@@ -519,7 +520,7 @@ impl World {
             Payload::SyncReply(resp) => a.on_sync_reply(now, env.call, resp, &mut self.effects),
             Payload::TakeReply(resp) => a.on_take_reply(now, env.call, resp, &mut self.effects),
             Payload::Refused => a.on_refused(now, env.call, &mut self.effects),
-            Payload::Notice => a.request_sync(now, &mut self.effects),
+            Payload::Notice(news) => a.on_notice(now, news, &mut self.effects),
             Payload::Sync(_) | Payload::Take(_) => {}
         }
         self.apply_effects();
