@@ -471,24 +471,28 @@ impl TailMerge {
     }
 
     /// Refills and, when the pool cannot cover the regions that will run
-    /// short, recalls of what regions hold beyond their ceilings.
+    /// short or a take came back `short` (a region's buyers wait now),
+    /// recalls of what regions hold beyond their ceilings.
     ///
-    /// Unless `short`, a region that has not reported demand while others
-    /// have is planned for as selling at the others' rate per unit of
-    /// weight (its buyers' first report may still be on its way, from
-    /// farther than the others'), and nothing is recalled from it. When
-    /// `short`, a region's buyers are waiting now: what was reported is
-    /// all there is to go by.
+    /// A region that has not reported demand while others have is planned
+    /// for as selling at the others' rate per unit of weight, and nothing
+    /// is recalled from it: its buyers' first report may still be on its
+    /// way, from farther than the others' (agents report a spell of demand
+    /// only once it is `RATE_REPORT_AFTER_MS` old). Stripping it when
+    /// another region's take came back short moved a far region's units
+    /// from under its own buyers in a burst where every region had more
+    /// buyers than units (docs/protocol.md, "Distance").
     fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
-        let expected = if short {
-            reported.clone()
-        } else {
-            with_prior_demand(reported)
-        };
+        let expected = with_prior_demand(reported);
         let sku = &expected;
         let refill = &self.settings.refill;
         let ceilings = self.ceilings(sku);
-        let refills = refill.refills(sku);
+        // Refills go by reported demand only: the prior keeps a silent
+        // region's units where they are, but is no reason to send it more
+        // (in a sale skewed 85/10/5 it counted the far region as selling
+        // at the average rate, and units recalled for the busy region went
+        // there instead).
+        let refills = refill.refills(reported);
         let mut plan = Plan {
             grants: refills.grants,
             ..Plan::default()
@@ -500,8 +504,7 @@ impl TailMerge {
                 .zip(&ceilings)
                 .enumerate()
                 .filter(|(i, _)| {
-                    !refills.needy.contains(i)
-                        && (short || reported.regions[*i].sale_rate_per_s > 0.0)
+                    !refills.needy.contains(i) && reported.regions[*i].sale_rate_per_s > 0.0
                 })
                 .filter_map(|(i, (r, ceiling))| {
                     let free = r.available.saturating_sub(r.recall_pending);
@@ -820,9 +823,9 @@ mod tests {
 
     /// Goal: a region that has not reported any demand yet is not stripped
     /// by the first region to report (its own buyers may be on their way),
-    /// unless buyers elsewhere are waiting now (a short take); a region
-    /// with known demand keeps its share of the remainder by demand plus
-    /// what it sells during a move.
+    /// even while buyers elsewhere wait (a short take); a region with
+    /// known demand keeps its share of the remainder by demand plus what
+    /// it sells during a move.
     #[test]
     fn recalls_spare_regions_whose_demand_is_unknown() {
         let policy = TailMerge::default();
@@ -842,8 +845,7 @@ mod tests {
         // it sells during a move (100 ms round trip + 50 ms at 100/s).
         assert_eq!(plan.recalls, vec![(2, 400 - 135 - 15)]);
         let short = policy.plan_short(&sku);
-        // Buyers wait: shared 3:0:1 by what was reported, 202 for the third.
-        assert_eq!(short.recalls, vec![(1, 400 - 2), (2, 400 - 202 - 15)]);
+        assert_eq!(short.recalls, plan.recalls);
     }
 
     /// Goal: a take says exhausted only when no unit is free anywhere.

@@ -334,6 +334,7 @@ mod tests {
                 available,
                 held,
                 sold: 0,
+                rate_per_s: 0.0,
                 last_report_us: Some(reports_us),
             }],
             reports_from_us: Some(reports_us),

@@ -302,7 +302,7 @@ pub fn timeline(run: &TailRun) -> String {
     let names: Vec<String> = first
         .regions
         .iter()
-        .map(|r| format!("{} available / held", r.name))
+        .map(|r| format!("{} available / held (demand /s)", r.name))
         .collect();
     let _ = writeln!(
         out,
@@ -330,7 +330,7 @@ pub fn timeline(run: &TailRun) -> String {
         let regions: Vec<String> = v
             .regions
             .iter()
-            .map(|r| format!("{} / {}", r.available, r.held))
+            .map(|r| format!("{} / {} ({:.0})", r.available, r.held, r.rate_per_s))
             .collect();
         let _ = writeln!(
             out,

@@ -68,7 +68,7 @@ impl Origin {
 }
 
 /// One region in the view.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RegionView {
     /// Its name.
     pub name: String,
@@ -78,12 +78,14 @@ pub struct RegionView {
     pub held: i64,
     /// Units sold there, as of its last report.
     pub sold: i64,
+    /// Its demand, units per second, as of its last report.
+    pub rate_per_s: f64,
     /// When it last reported, on the run's clock.
     pub last_report_us: Option<i64>,
 }
 
 /// The coordinator's view of the SKU at one moment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SkuView {
     /// When the answer arrived, on the run's clock.
     pub at_us: i64,
@@ -135,6 +137,7 @@ impl SkuView {
                 available: int(r, "available")?,
                 held: int(r, "held")?,
                 sold: int(r, "sold")?,
+                rate_per_s: r["sale_rate_per_s"].as_f64().unwrap_or(0.0),
                 last_report_us,
             });
         }

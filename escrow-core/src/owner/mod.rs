@@ -53,6 +53,12 @@ pub const SWEEP_INTERVAL_MS: u64 = 250;
 /// the policy shares the remainder by, and what a take prefetches).
 pub const RATE_HALF_LIFE_MS: u64 = 2_000;
 
+/// How long a spell of demand runs before the region reports its rate:
+/// past the meter's 20 ms floor, enough to tell 50/s from 2,000/s (one unit
+/// in the first moment reads as 50/s whatever the true rate), and short
+/// beside a far region's round trip, so its first figure is not late.
+pub const RATE_REPORT_AFTER_MS: u64 = 30;
+
 /// What an owner needs to know about where it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerConfig {
@@ -203,6 +209,12 @@ pub struct SkuOwner {
     pending_changes: Vec<StockChange>,
     rate: RateMeter,
     rate_per_s: f64,
+    /// When the current spell of demand began (the meter's rate turned
+    /// from 0), if there is one.
+    woke_at_ms: Option<u64>,
+    /// The demand this region reports: [`Self::rate_per_s`] once the
+    /// spell is [`RATE_REPORT_AFTER_MS`] old, 0 before.
+    reported_rate_per_s: f64,
     /// The coordinator should hear from this region now: see [`Self::take_sync_due`].
     sync_due: bool,
     /// When a release or an expiry last freed units here.
@@ -249,6 +261,8 @@ impl SkuOwner {
             pending_changes: Vec::new(),
             rate: RateMeter::new(now_ms, RATE_HALF_LIFE_MS),
             rate_per_s: 0.0,
+            woke_at_ms: None,
+            reported_rate_per_s: 0.0,
             sync_due: false,
             freed_at_ms: None,
             holds: HashMap::new(),
@@ -311,7 +325,7 @@ impl SkuOwner {
     }
     /// Units held per second, as of the last commit.
     pub fn sale_rate_per_s(&self) -> f64 {
-        self.rate_per_s
+        self.reported_rate_per_s
     }
 
     /// While a take is out, the earliest deadline (ms) of the requests in
@@ -491,10 +505,8 @@ impl SkuOwner {
             }
         }
         // Demand, not sales: a region starved of units still wants them.
-        let was_quiet = self.rate_per_s == 0.0;
         self.rate.record(now_ms, asked);
-        self.rate_per_s = self.demand_per_s(now_ms);
-        self.sync_due |= was_quiet && self.rate_per_s > 0.0;
+        self.measure(now_ms);
         for p in reserves {
             if p.deadline.passed(now_ms) {
                 self.reply(p.ticket, Reply::Reserve(ReserveReply::WaitTimeout));
@@ -642,6 +654,27 @@ impl SkuOwner {
             }
         }
         self.build(work);
+    }
+
+    /// Updates the region's demand at `now_ms`, and what it reports: a
+    /// spell of demand younger than [`RATE_REPORT_AFTER_MS`] reports none
+    /// yet, as its first units say little of its rate (one unit in the
+    /// meter's first 20 ms reads as 50/s in a region about to sell 2,000/s,
+    /// and the coordinator would recall the region's units for others). Its
+    /// first real figure asks for a sync at once.
+    fn measure(&mut self, now_ms: u64) {
+        self.rate_per_s = self.demand_per_s(now_ms);
+        if self.rate_per_s == 0.0 {
+            self.woke_at_ms = None;
+        } else if self.woke_at_ms.is_none() {
+            self.woke_at_ms = Some(now_ms);
+        }
+        let was_silent = self.reported_rate_per_s == 0.0;
+        self.reported_rate_per_s = match self.woke_at_ms {
+            Some(at) if now_ms >= at + RATE_REPORT_AFTER_MS => self.rate_per_s,
+            _ => 0.0,
+        };
+        self.sync_due |= was_silent && self.reported_rate_per_s > 0.0;
     }
 
     /// The region's demand now: the meter's, except that buyers parked
@@ -1006,7 +1039,7 @@ impl SkuOwner {
                     .insert(hold.request_key.clone(), hold.reservation(&self.sku));
             }
         }
-        self.rate_per_s = self.demand_per_s(now_ms);
+        self.measure(now_ms);
         for ret in &work.batch.returns {
             let moved = self.ledger.return_units(ret.units);
             self.check(moved);
