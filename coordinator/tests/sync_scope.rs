@@ -131,7 +131,9 @@ async fn a_sync_never_holds_a_lock_across_skus(pool: PgPool) {
             .put_sku(
                 "acme",
                 sku,
-                json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+                // A take must find units in the pool: keep a fifth there.
+                json!({"total": 100, "regions": {"eu": 1, "us": 1},
+                       "settings": {"refill": {"reserve_fraction": 0.2}}}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");

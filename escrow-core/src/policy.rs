@@ -498,19 +498,31 @@ impl TailMerge {
             ..Plan::default()
         };
         if !refills.covered || short {
-            plan.recalls = sku
-                .regions
-                .iter()
-                .zip(&ceilings)
-                .enumerate()
-                .filter(|(i, _)| {
-                    !refills.needy.contains(i) && reported.regions[*i].sale_rate_per_s > 0.0
-                })
-                .filter_map(|(i, (r, ceiling))| {
-                    let free = r.available.saturating_sub(r.recall_pending);
-                    (free > *ceiling).then(|| (i, free - ceiling))
-                })
-                .collect();
+            let surplus = |needy_too: bool| -> Vec<(usize, u64)> {
+                sku.regions
+                    .iter()
+                    .zip(&ceilings)
+                    .enumerate()
+                    .filter(|(i, _)| reported.regions[*i].sale_rate_per_s > 0.0)
+                    .filter(|(i, _)| needy_too || !refills.needy.contains(i))
+                    .filter_map(|(i, (r, ceiling))| {
+                        let free = r.available.saturating_sub(r.recall_pending);
+                        (free > *ceiling).then(|| (i, free - ceiling))
+                    })
+                    .collect()
+            };
+            // Regions below their low-water mark keep their units while
+            // others have some to spare; when none has, those above their
+            // ceiling give back too: when the whole remainder sells within
+            // less than the mark's second, every region is below it, and
+            // the busiest region's buyers would wait for the tail merge.
+            plan.recalls = surplus(false);
+            if plan.recalls.is_empty() {
+                plan.recalls = surplus(true);
+                let recalls = &plan.recalls;
+                plan.grants
+                    .retain(|(i, _)| !recalls.iter().any(|(j, _)| j == i));
+            }
         }
         plan
     }

@@ -202,11 +202,14 @@ impl Coord {
     pub async fn with_drop(db: &TestDb) -> (Self, Api) {
         let coord = Self::start(db, None).await;
         let admin = Api::new(&coord.url);
+        // These tests take units from the pool: the SKU keeps a fifth of
+        // its total there (the default policy keeps none), 40 for each region.
         let (status, body) = admin
             .put_sku(
                 "acme",
                 "drop",
-                serde_json::json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+                serde_json::json!({"total": 100, "regions": {"eu": 1, "us": 1},
+                                   "settings": {"refill": {"reserve_fraction": 0.2}}}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
