@@ -20,6 +20,7 @@ coordinator_tests!(
     a_take_stuck_on_a_lock_is_answered_and_applies_once_later,
     a_report_of_more_units_than_can_exist_is_refused,
     a_take_with_counters_at_their_limit_is_answered,
+    a_watch_answer_carries_the_news,
 );
 
 /// A sync from eu at (`epoch`, `seq`) reporting `available` units of `drop`.
@@ -217,6 +218,67 @@ async fn a_take_with_counters_at_their_limit_is_answered(db: TestDb) {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body["grant"]["units"].as_u64().unwrap() <= 100, "{body}");
     assert_eq!(body["exhausted"], false, "units elsewhere are not nothing");
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a watch answer with a new notice carries the region's news: the
+/// directive of each SKU concerned and its grants pending to the region,
+/// as the next sync would answer them; an agent process whose epoch is
+/// not the region's current one is told the number only; nothing is
+/// written, and the books stay balanced.
+async fn a_watch_answer_carries_the_news(db: TestDb) {
+    let coord = Coord::start(&db, None).await;
+    let admin = Api::new(&coord.url);
+    let empty = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "acks": [], "returns": [], "skus": []});
+    let (status, body) = region_call(&coord, "eu", "sync", empty).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let watch = |epoch: i64, seen: u64| json!({"epoch": epoch, "seen": seen, "wait_ms": 1000});
+    let (status, first) = region_call(&coord, "eu", "watch", watch(1, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let seen = first["notice"].as_u64().unwrap();
+
+    let (status, body) = admin
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, news) = region_call(&coord, "eu", "watch", watch(1, seen)).await;
+    assert_eq!(status, StatusCode::OK, "{news}");
+    assert_ne!(
+        news["notice"].as_u64().unwrap(),
+        seen,
+        "the creation is news"
+    );
+    let grants = news["grants"].as_array().unwrap();
+    assert_eq!(grants.len(), 1, "{news}");
+    assert_eq!(grants[0]["units"], 50, "eu's half of the total, pending");
+    assert_eq!(grants[0]["sku"], "drop");
+    let skus = news["skus"].as_array().unwrap();
+    assert_eq!(skus.len(), 1, "{news}");
+    assert_eq!(
+        (&skus[0]["sku"], &skus[0]["mode"], &skus[0]["return_until"]),
+        (&json!("drop"), &json!("ESCROW"), &json!(0))
+    );
+
+    let (status, fenced) = region_call(&coord, "eu", "watch", watch(2, seen)).await;
+    assert_eq!(status, StatusCode::OK, "{fenced}");
+    assert_eq!(
+        (
+            fenced["grants"].as_array().unwrap().len(),
+            fenced["skus"].as_array().unwrap().len()
+        ),
+        (0, 0),
+        "another process of eu is handed nothing"
+    );
+    let view = admin.admin_sku("acme", "drop").await;
+    assert_eq!(
+        view["regions"]["eu"]["in_transit"], 50,
+        "the watch wrote nothing"
+    );
     admin.assert_no_drift().await;
     coord.stop().await;
 }

@@ -860,6 +860,38 @@ mod tests {
         assert_eq!(short.recalls, plan.recalls);
     }
 
+    /// Goal: when the whole remainder sells within less than the low-water
+    /// mark's second, every region is below its mark; a region above its
+    /// ceiling (its share by demand plus a move's sales) still gives back
+    /// to the one that ran dry, and is not refilled meanwhile.
+    #[test]
+    fn a_region_below_low_water_but_above_its_ceiling_gives_back() {
+        let policy = TailMerge::default();
+        let sku = SkuState {
+            total: 701,
+            pool: 0,
+            mode: Mode::Escrow,
+            regions: vec![
+                region(1, 0, 4_400.0),
+                region(1, 220, 440.0),
+                region(1, 225, 290.0),
+            ],
+        };
+        let refill = &policy.settings.refill;
+        assert!(sku
+            .regions
+            .iter()
+            .all(|r| r.on_hand() < refill.low_water(r)));
+        let plan = policy.plan(&sku);
+        assert!(!plan.central);
+        let recalled: Vec<usize> = plan.recalls.iter().map(|(i, _)| *i).collect();
+        assert_eq!(recalled, vec![1, 2], "{plan:?}");
+        assert!(plan.grants.iter().all(|(i, _)| !recalled.contains(i)));
+        for &(i, units) in &plan.recalls {
+            assert!(units <= sku.regions[i].available);
+        }
+    }
+
     /// Goal: a take says exhausted only when no unit is free anywhere.
     #[test]
     fn take_is_exhausted_only_when_nothing_is_free() {

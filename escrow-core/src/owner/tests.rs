@@ -445,6 +445,24 @@ fn buyers_that_fit_do_not_wait_for_a_take() {
     assert_eq!(h.owner.ledger().held, 2);
 }
 
+/// Goal: a region reports no demand until its spell of demand is
+/// [`RATE_REPORT_AFTER_MS`] old (its first units say little of its rate),
+/// and then asks for a sync at once to report its figure.
+#[test]
+fn a_first_figure_waits_for_the_spell_to_be_worth_reporting() {
+    let mut h = Harness::new(100, 0);
+    let first = h.reserve(1, 1, 1);
+    h.batch(vec![first]);
+    assert_eq!(h.owner.sale_rate_per_s(), 0.0, "one unit is no figure");
+    assert!(!h.owner.take_sync_due());
+    h.now_ms += RATE_REPORT_AFTER_MS;
+    let second = h.reserve(2, 2, 1);
+    h.batch(vec![second]);
+    assert!(h.owner.sale_rate_per_s() > 0.0);
+    assert!(h.owner.take_sync_due(), "the first figure is sent at once");
+    assert!(!h.owner.take_sync_due(), "and asked for once");
+}
+
 /// Goal: a take that brought every unit it asked for lets the very next
 /// batch take again (central mode takes once per batch); one that fell
 /// short makes the next batch wait [`TAKE_RETRY_MS`] before asking again.
