@@ -57,6 +57,16 @@ pub struct TransferMsg {
     pub units: u64,
 }
 
+/// Adds `more` to `kept`, each transfer id once: a grant may arrive in a
+/// watch's answer and again in a sync's before it is credited.
+pub fn merge_transfers(kept: &mut Vec<TransferMsg>, more: impl IntoIterator<Item = TransferMsg>) {
+    for t in more {
+        if !kept.iter().any(|k| k.id == t.id) {
+            kept.push(t);
+        }
+    }
+}
+
 /// One SKU's counters at one region, as of the request's snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

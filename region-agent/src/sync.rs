@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use escrow_core::protocol::{
-    SkuDirective, SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest,
+    merge_transfers, SkuDirective, SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest,
 };
 use escrow_core::{Reports, Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
@@ -214,11 +214,7 @@ async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Ve
         // both arrive between two of its batches).
         handle.control.send_modify(|control| {
             let mut grants = control.take().map(|c| c.grants).unwrap_or_default();
-            for grant in for_sku {
-                if !grants.iter().any(|g| g.id == grant.id) {
-                    grants.push(grant);
-                }
-            }
+            merge_transfers(&mut grants, for_sku);
             *control = Some(Control { directive, grants });
         });
     }

@@ -26,8 +26,8 @@ use escrow_core::owner::{
     ReserveRequest, SkuOwner, Ticket, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{
-    SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
-    WatchResponse,
+    merge_transfers, SkuDirective, SkuReport, SyncRequest, SyncResponse, TakeRequest, TakeResponse,
+    TransferMsg, WatchResponse,
 };
 use escrow_core::{
     Book, Deadline, Mode, Qty, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, UserId,
@@ -723,11 +723,7 @@ impl Agent {
     /// sync's answers can both arrive between two batches).
     fn follow(&mut self, d: &SkuDirective, grants: &[TransferMsg]) {
         let mut kept = self.control.take().map(|(_, g)| g).unwrap_or_default();
-        for grant in grants {
-            if !kept.iter().any(|g| g.id == grant.id) {
-                kept.push(grant.clone());
-            }
-        }
+        merge_transfers(&mut kept, grants.iter().cloned());
         self.control = Some((d.clone(), kept));
     }
 

@@ -36,7 +36,7 @@ use crate::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
 use crate::ids::{RequestKey, Sku, SkuSettings, Tenant};
 use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{units_to_return, Mode};
-use crate::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
+use crate::protocol::{merge_transfers, SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use crate::rate::RateMeter;
 use crate::reservation::{Refusal, Reservation, Status, Transition};
 
@@ -447,11 +447,7 @@ impl SkuOwner {
         self.sold_out_everywhere = d.sold_out;
         // Something moved: waiting requests may ask again at once.
         self.next_take_ms = 0;
-        for grant in grants {
-            if !self.pending_grants.iter().any(|g| g.id == grant.id) {
-                self.pending_grants.push(grant);
-            }
-        }
+        merge_transfers(&mut self.pending_grants, grants);
         // A recall, a grant or a change to persist is worth a batch now,
         // not at the next tick: another region's buyers may be waiting.
         if recalled || !self.pending_grants.is_empty() || !self.pending_changes.is_empty() {
