@@ -7,9 +7,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use proptest::prelude::*;
 
 use super::*;
+use crate::admission::Deadline;
+use crate::batch::{Batch, BatchOutcome};
 use crate::book::Book;
 use crate::ids::{Qty, UserId};
 use crate::policy::CENTRAL_RETURN_GRACE_MS;
+use crate::protocol::{SkuDirective, TakeRequest, TakeResponse};
 use crate::reservation::Status;
 
 const START_MS: u64 = 1_000_000;

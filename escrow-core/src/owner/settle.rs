@@ -1,0 +1,231 @@
+//! The batch's end: memory follows what was stored (units moved, live holds
+//! kept, drift noticed), and every command is answered: held, replayed,
+//! parked, sold out or paused.
+
+use super::work::{Phase, TakeEnd, Work};
+use super::{ActReply, AdminReply, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner};
+use crate::batch::{BatchOutcome, SkuRecord, StockChange};
+use crate::ids::RequestKey;
+use crate::ledger::LedgerError;
+use crate::reservation::{Status, Transition};
+
+impl SkuOwner {
+    /// Takes stored state as the truth, refusing to sell on drift.
+    pub(super) fn adopt(&mut self, record: SkuRecord) {
+        self.ledger = record.ledger;
+        self.settings = record.settings;
+        self.paused = record.paused;
+        self.mode = record.mode;
+        self.drifted = !record.rows_agree();
+        self.rows_drift = record.rows_drift();
+        self.expiry = record
+            .holds
+            .iter()
+            .map(|r| (r.expires_at_ms, r.request_key.clone()))
+            .collect();
+        self.holds = record
+            .holds
+            .into_iter()
+            .map(|r| (r.request_key.clone(), r))
+            .collect();
+    }
+
+    /// Keeps memory's live holds as a committed transition left them.
+    fn settle(&mut self, key: &RequestKey, change: Transition) {
+        let Some(r) = self.holds.get_mut(key) else {
+            return;
+        };
+        self.expiry.remove(&(r.expires_at_ms, key.clone()));
+        r.apply(change);
+        if r.status == Status::Held {
+            self.expiry.insert((r.expires_at_ms, key.clone()));
+        } else {
+            self.holds.remove(key);
+        }
+    }
+
+    /// The batch is durable: move the same units in memory, then answer.
+    pub(super) fn committed(&mut self, mut work: Work, outcome: BatchOutcome) {
+        assert_eq!(
+            outcome.inserted.len(),
+            work.batch.holds.len(),
+            "one insert verdict per hold"
+        );
+        let now_ms = work.now_ms;
+        for id in &outcome.applied_grants {
+            let grant = work
+                .batch
+                .grants
+                .iter()
+                .find(|g| &g.id == id)
+                .expect("the store credits only grants of this batch");
+            self.ledger.receive(grant.units);
+        }
+        for (hold, inserted) in work.batch.holds.iter().zip(&outcome.inserted) {
+            if *inserted {
+                let moved = self.ledger.hold(hold.qty.units());
+                self.check(moved);
+                self.expiry
+                    .insert((hold.expires_at_ms, hold.request_key.clone()));
+                self.holds
+                    .insert(hold.request_key.clone(), hold.reservation(&self.sku));
+            }
+        }
+        self.measure(now_ms);
+        for ret in &work.batch.returns {
+            let moved = self.ledger.return_units(ret.units);
+            self.check(moved);
+            // Those units are free in the pool now: not sold out everywhere.
+            self.sold_out_everywhere = false;
+        }
+        for (key, qty, change) in &work.batch.transitions {
+            let moved = change.apply_to_ledger(&mut self.ledger, *qty);
+            self.check(moved);
+            self.settle(key, *change);
+            if matches!(change, Transition::Release | Transition::Expire) {
+                self.freed_at_ms = Some(now_ms);
+            }
+        }
+
+        for (a, result) in std::mem::take(&mut work.acts)
+            .into_iter()
+            .zip(std::mem::take(&mut work.act_results))
+        {
+            let reply = match result {
+                None => ActReply::NotFound,
+                Some((Ok(()), r)) => ActReply::Accepted(r),
+                Some((Err(_), r)) => ActReply::Refused(r),
+            };
+            self.reply(a.ticket, Reply::Act(reply));
+        }
+
+        let mut existing = std::mem::take(&mut work.lookups);
+        let holding = std::mem::take(&mut work.holding);
+        for ((p, hold), inserted) in holding
+            .into_iter()
+            .zip(&work.batch.holds)
+            .zip(&outcome.inserted)
+        {
+            if *inserted {
+                let r = hold.reservation(&self.sku);
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::Held(r)));
+            } else {
+                existing.push(p);
+            }
+        }
+        if existing.is_empty() {
+            return self.settle_overflow(work);
+        }
+        let keys = existing
+            .iter()
+            .map(|p| p.request.request_key.clone())
+            .collect();
+        work.existing = existing;
+        self.io = Some(Io::Read(keys));
+        self.phase = Phase::ReadingExisting(work);
+    }
+
+    /// What did not fit: units freed by replays may still serve it next
+    /// batch; otherwise it is sold out only if nothing is free anywhere,
+    /// else paused.
+    pub(super) fn settle_overflow(&mut self, mut work: Work) {
+        self.overflow.extend(std::mem::take(&mut work.later));
+        let mut overflow = std::mem::take(&mut work.overflow);
+        overflow.sort_by_key(|p| p.request.qty);
+        for p in overflow {
+            if p.request.qty.units() <= self.ledger.available {
+                self.overflow.push_back(p);
+            } else {
+                match work.take {
+                    TakeEnd::Exhausted => {
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::SoldOut));
+                    }
+                    TakeEnd::Unreachable => {
+                        let reply = ReserveReply::Paused(PauseReason::CoordinatorUnreachable);
+                        self.reply(p.ticket, Reply::Reserve(reply));
+                    }
+                    TakeEnd::Moving | TakeEnd::NotAsked
+                        if self.parked.len() < self.cfg.parked_max =>
+                    {
+                        self.parked.push_back(p);
+                    }
+                    // Never waited: the list of waiting requests is full.
+                    TakeEnd::Moving | TakeEnd::NotAsked => {
+                        self.reply(p.ticket, Reply::Reserve(ReserveReply::QueueFull));
+                    }
+                }
+            }
+        }
+        // Parked requests keep their arrival order: the oldest is served first.
+        self.parked.make_contiguous().sort_by_key(|p| p.ticket);
+        self.phase = Phase::Idle;
+    }
+
+    /// Answers every command of a batch that was not committed PAUSED,
+    /// for `reason`: nothing of theirs was written.
+    pub(super) fn refuse(&mut self, mut work: Work, reason: PauseReason) {
+        for (ticket, _) in std::mem::take(&mut work.admins) {
+            self.reply(ticket, Reply::Admin(AdminReply::Paused(reason)));
+        }
+        for a in std::mem::take(&mut work.acts) {
+            self.reply(a.ticket, Reply::Act(ActReply::Paused(reason)));
+        }
+        let reserves = [
+            std::mem::take(&mut work.fresh),
+            std::mem::take(&mut work.holding),
+            std::mem::take(&mut work.overflow),
+            std::mem::take(&mut work.lookups),
+            std::mem::take(&mut work.later),
+            std::mem::take(&mut work.existing),
+        ];
+        for p in reserves.into_iter().flatten() {
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused(reason)));
+        }
+        self.phase = Phase::Idle;
+    }
+
+    /// Stops the owner after a failed commit; the reason its buyers are told.
+    pub(super) fn commit_failed(&mut self, error: CommitError) -> PauseReason {
+        match error {
+            CommitError::Fenced => {
+                self.fenced = true;
+                PauseReason::Halted
+            }
+            CommitError::Failed => {
+                self.needs_reload = true;
+                PauseReason::Storage
+            }
+        }
+    }
+
+    pub(super) fn apply_change(&mut self, change: StockChange) {
+        let applied = match change {
+            StockChange::Receive(units) => {
+                self.ledger.receive(units);
+                Ok(())
+            }
+            StockChange::Return(units) => self.ledger.return_units(units),
+            StockChange::Settings(settings) => {
+                self.settings = settings;
+                Ok(())
+            }
+            StockChange::Pause(paused) => {
+                self.paused = paused;
+                Ok(())
+            }
+            StockChange::Mode(mode) => {
+                self.mode = mode;
+                Ok(())
+            }
+        };
+        self.check(applied);
+    }
+
+    /// Records a ledger move that must succeed after a commit; a failure
+    /// means memory and database disagree, so the SKU stops selling.
+    fn check(&mut self, moved: Result<(), LedgerError>) {
+        if moved.is_err() {
+            self.drifted = true;
+        }
+    }
+}
