@@ -1,0 +1,302 @@
+//! The policies on hand-built SKU states, and what every policy keeps: no
+//! plan grants more than the pool holds or recalls more than a region has
+//! free.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn region(weight: u32, available: u64, rate: f64) -> RegionState {
+    RegionState {
+        weight,
+        leased: available,
+        in_transit: 0,
+        available,
+        sale_rate_per_s: rate,
+        rtt_ms: 100,
+        recall_pending: 0,
+    }
+}
+
+/// Goal: splits by weight sum exactly to the units, for any weights.
+#[test]
+fn split_by_weight_is_exact() {
+    assert_eq!(split_by_weight(10, &[2, 1]), vec![7, 3]);
+    assert_eq!(split_by_weight(10, &[1, 1, 1]).iter().sum::<u64>(), 10);
+    assert_eq!(split_by_weight(5, &[0, 0]), vec![0, 0]);
+    assert_eq!(split_by_weight(3, &[0, 1]), vec![0, 3]);
+}
+
+/// Goal: a region selling steadily is refilled before it runs dry, from the pool only.
+#[test]
+fn refill_tops_up_a_region_below_low_water() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 10_000,
+        pool: 1_000,
+        mode: Mode::Escrow,
+        regions: vec![region(1, 5, 50.0), region(1, 5_000, 1.0)],
+    };
+    let plan = policy.plan(&sku);
+    assert!(!plan.central);
+    assert_eq!(plan.grants.len(), 1);
+    assert_eq!(plan.grants[0].0, 0);
+    assert!(plan.grants[0].1 > 50);
+    assert!(plan.recalls.is_empty());
+}
+
+/// Goal: with the pool empty and a region starved, surplus comes back from a slow region.
+#[test]
+fn surplus_is_recalled_when_the_pool_is_empty() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 10_000,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![region(1, 0, 50.0), region(1, 5_000, 1.0)],
+    };
+    let plan = policy.plan(&sku);
+    assert_eq!(plan.recalls.len(), 1);
+    assert_eq!(plan.recalls[0].0, 1);
+}
+
+/// Goal: near the end the tail merges: central mode, every free unit recalled.
+#[test]
+fn tail_merges_below_threshold() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 1_000,
+        pool: 3,
+        mode: Mode::Escrow,
+        regions: vec![region(1, 4, 5.0), region(1, 6, 1.0)],
+    };
+    let plan = policy.plan(&sku);
+    assert!(plan.central);
+    assert_eq!(plan.recalls, vec![(0, 4), (1, 6)]);
+}
+
+/// Goal: at a distance the merge does not wait on the farthest round
+/// trip: a region that still has units keeps selling them locally, and
+/// only what its own buyers will not use during a move is asked back.
+#[test]
+fn far_regions_keep_their_tail() {
+    let policy = TailMerge::default();
+    let far = |available, rate, rtt_ms| RegionState {
+        rtt_ms,
+        ..region(1, available, rate)
+    };
+    // 40 units left of 1,000, above the merge threshold of 20 (a
+    // region is farther than 50 ms: no round trips count).
+    let sku = SkuState {
+        total: 1_000,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![far(0, 400.0, 20), far(40, 200.0, 230)],
+    };
+    let plan = policy.plan(&sku);
+    assert!(!plan.central);
+    assert_eq!(policy.threshold(&sku), 20);
+    // The far region's share of 40 by demand is 13, and it sells 56 more
+    // during a move (230 ms + 50 ms at 200/s): it keeps all 40.
+    assert!(plan.recalls.is_empty(), "{plan:?}");
+    let short = policy.plan_short(&sku);
+    assert!(short.recalls.is_empty(), "{short:?}");
+}
+
+/// Goal: a region that has not reported any demand yet is not stripped
+/// by the first region to report (its own buyers may be on their way),
+/// even while buyers elsewhere wait (a short take); a region with
+/// known demand keeps its share of the remainder by demand plus what
+/// it sells during a move.
+#[test]
+fn recalls_spare_regions_whose_demand_is_unknown() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 1_000,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![
+            region(1, 10, 300.0),
+            region(1, 400, 0.0),
+            region(1, 400, 100.0),
+        ],
+    };
+    let plan = policy.plan(&sku);
+    // Remainder 810 shared 3:2:1 (the silent region counted at the
+    // others' 200/s per weight): the third region keeps 135, plus 15
+    // it sells during a move (100 ms round trip + 50 ms at 100/s).
+    assert_eq!(plan.recalls, vec![(2, 400 - 135 - 15)]);
+    let short = policy.plan_short(&sku);
+    assert_eq!(short.recalls, plan.recalls);
+}
+
+/// Goal: when the whole remainder sells within less than the low-water
+/// mark's second, every region is below its mark; a region above its
+/// ceiling (its share by demand plus a move's sales) still gives back
+/// to the one that ran dry, and is not refilled meanwhile.
+#[test]
+fn a_region_below_low_water_but_above_its_ceiling_gives_back() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 701,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![
+            region(1, 0, 4_400.0),
+            region(1, 220, 440.0),
+            region(1, 225, 290.0),
+        ],
+    };
+    let refill = &policy.settings.refill;
+    assert!(sku
+        .regions
+        .iter()
+        .all(|r| r.on_hand() < refill.low_water(r)));
+    let plan = policy.plan(&sku);
+    assert!(!plan.central);
+    let recalled: Vec<usize> = plan.recalls.iter().map(|(i, _)| *i).collect();
+    assert_eq!(recalled, vec![1, 2], "{plan:?}");
+    assert!(plan.grants.iter().all(|(i, _)| !recalled.contains(i)));
+    for &(i, units) in &plan.recalls {
+        assert!(units <= sku.regions[i].available);
+    }
+}
+
+/// Goal: a take says exhausted only when no unit is free anywhere.
+#[test]
+fn take_is_exhausted_only_when_nothing_is_free() {
+    let mut sku = SkuState {
+        total: 10,
+        pool: 1,
+        mode: Mode::Central,
+        regions: vec![region(1, 0, 0.0), region(1, 0, 0.0)],
+    };
+    assert_eq!(
+        decide_take(&sku, 0, 1, 0, 0),
+        TakeDecision {
+            granted: 1,
+            exhausted: false
+        }
+    );
+    assert_eq!(
+        decide_take(&sku, 0, 2, 0, 0),
+        TakeDecision {
+            granted: 1,
+            exhausted: true
+        }
+    );
+    sku.regions[0].available = 3;
+    sku.regions[0].in_transit = 3;
+    assert!(
+        decide_take(&sku, 0, 2, 0, 0).exhausted,
+        "the asker's own stale report and credited grants are not free"
+    );
+    assert!(
+        !decide_take(&sku, 0, 2, 0, 1).exhausted,
+        "a grant the asker has not credited yet is"
+    );
+    sku.regions[1].available = 1;
+    assert_eq!(
+        decide_take(&sku, 0, 2, 0, 0),
+        TakeDecision {
+            granted: 1,
+            exhausted: false
+        }
+    );
+    sku.pool = 0;
+    sku.regions[1].available = 0;
+    sku.regions[1].in_transit = 1;
+    assert_eq!(
+        decide_take(&sku, 0, 1, 0, 0),
+        TakeDecision {
+            granted: 0,
+            exhausted: false
+        }
+    );
+}
+
+/// Goal: a take gets what its buyers need from the pool, and a prefetch
+/// only up to its share of the remainder by demand.
+#[test]
+fn prefetch_stops_at_the_share_by_demand() {
+    let sku = SkuState {
+        total: 100,
+        pool: 40,
+        mode: Mode::Escrow,
+        // Remainder 40 + 10 + 50 = 100, shared 60 / 40 by demand.
+        regions: vec![region(1, 10, 60.0), region(1, 50, 40.0)],
+    };
+    let granted = |units, prefetch| decide_take(&sku, 0, units, prefetch, 0).granted;
+    assert_eq!(granted(5, 100), 40, "share 60, on hand 10: room for 50");
+    let sku = SkuState { pool: 80, ..sku };
+    // Remainder 140: region 0's share is 84, it has 10.
+    let granted = |units, prefetch| decide_take(&sku, 0, units, prefetch, 0).granted;
+    assert_eq!(granted(5, 100), 74);
+    assert_eq!(granted(5, 10), 15);
+    assert_eq!(granted(80, 100), 80, "what buyers wait for is not capped");
+    let greedy = |units, prefetch| decide_take(&sku, 1, units, prefetch, 0).granted;
+    assert_eq!(greedy(1, 100), 6, "share 56, on hand 50");
+}
+
+/// Goal: returns follow recalls in escrow mode and empty the region in
+/// central mode unless its own buyers are asking; never more than free.
+#[test]
+fn returns_follow_mode_and_demand() {
+    let later = CENTRAL_RETURN_GRACE_MS;
+    assert_eq!(units_to_return(Mode::Escrow, 10, None, 0, false, 0), 0);
+    assert_eq!(units_to_return(Mode::Escrow, 10, Some(7), 3, false, 0), 4);
+    assert_eq!(units_to_return(Mode::Escrow, 2, Some(7), 3, true, 0), 2);
+    assert_eq!(units_to_return(Mode::Escrow, 10, Some(2), 3, false, 0), 0);
+    assert_eq!(units_to_return(Mode::Central, 5, None, 0, false, later), 5);
+    assert_eq!(
+        units_to_return(Mode::Central, 5, None, 0, false, later - 1),
+        0
+    );
+    assert_eq!(
+        units_to_return(Mode::Central, 5, Some(100), 0, true, later),
+        0
+    );
+}
+
+fn policies() -> Vec<Box<dyn Policy>> {
+    vec![
+        Box::new(StaticSplit),
+        Box::new(RefillOnLowWater::default()),
+        Box::new(ProportionalShare::default()),
+        Box::new(TailMerge::default()),
+        Box::new(CentralOnly),
+    ]
+}
+
+proptest! {
+    /// Goal: no policy ever plans to grant more than the pool holds or
+    /// to recall more than a region has free, and initial splits never
+    /// exceed the total.
+    #[test]
+    fn plans_stay_within_what_exists(
+        total in 0..100_000u64,
+        pool_share in 0.0..1.0f64,
+        regions in proptest::collection::vec((0..5u32, 0..5_000u64, 0.0..500.0f64, 0..300u64, 0..100u64), 1..6),
+    ) {
+        let pool = (total as f64 * pool_share) as u64;
+        let sku = SkuState {
+            total,
+            pool,
+            mode: Mode::Escrow,
+            regions: regions.iter().map(|&(w, a, rate, rtt, pending)| RegionState {
+                weight: w, leased: a, in_transit: 0, available: a, sale_rate_per_s: rate, rtt_ms: rtt,
+                recall_pending: pending.min(a),
+            }).collect(),
+        };
+        let weights: Vec<u32> = sku.regions.iter().map(|r| r.weight).collect();
+        for policy in policies() {
+            prop_assert!(policy.initial_split(total, &weights).iter().sum::<u64>() <= total);
+            let plan = policy.plan(&sku);
+            prop_assert!(plan.grants.iter().map(|g| g.1).sum::<u64>() <= pool, "{}", policy.name());
+            for &(i, units) in &plan.recalls {
+                let r = &sku.regions[i];
+                prop_assert!(units <= r.available - r.recall_pending, "{}", policy.name());
+            }
+        }
+    }
+}
