@@ -1,0 +1,177 @@
+//! What buyers ask an agent and what they are answered: the [`Answer`]s
+//! and [`BuyerAction`]s, the owner's tickets that name them, the HTTP
+//! handler's gate and queue in front of the owner, and the owner's replies
+//! handed back.
+
+use escrow_core::owner::{
+    gate, ActReply, Action, Command, Reply, ReserveReply, ReserveRequest, Ticket,
+};
+use escrow_core::{Deadline, Qty};
+
+use super::{now_ms, request_key, user_id, Agent, Effect};
+
+/// The answer a buyer gets to a reserve request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// 201 HELD.
+    Held,
+    /// 200 REPLAY.
+    Replay,
+    /// 409 SOLD_OUT.
+    SoldOut,
+    /// 503 PAUSED: the units' owner could not be asked, or had none to give yet.
+    Paused,
+    /// 503 REJECTED_QUEUE_FULL.
+    QueueFull,
+    /// 503 REJECTED_WAIT_TIMEOUT.
+    WaitTimeout,
+    /// 409 USER_LIMIT.
+    UserLimit,
+    /// 422 KEY_REUSED.
+    KeyReused,
+    /// The agent is down: connection refused.
+    Unreachable,
+}
+
+impl Answer {
+    fn of(reply: &ReserveReply) -> Self {
+        match reply {
+            ReserveReply::Held(_) => Answer::Held,
+            ReserveReply::Replay(_) => Answer::Replay,
+            ReserveReply::SoldOut => Answer::SoldOut,
+            ReserveReply::UserLimit => Answer::UserLimit,
+            ReserveReply::KeyReused => Answer::KeyReused,
+            ReserveReply::Paused(_) => Answer::Paused,
+            ReserveReply::QueueFull => Answer::QueueFull,
+            ReserveReply::WaitTimeout => Answer::WaitTimeout,
+        }
+    }
+}
+
+/// A buyer's action on the reservation it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuyerAction {
+    /// Pay: HELD -> SOLD.
+    Confirm,
+    /// Give the units up.
+    Release,
+    /// Keep the hold longer, once.
+    Extend,
+}
+
+/// Tickets name the buyer and what they asked: two low bits for the kind.
+fn ticket(buyer: u32, kind: u64) -> Ticket {
+    (u64::from(buyer) << 2) | kind
+}
+
+const KIND_RESERVE: u64 = 0;
+
+fn action_kind(action: BuyerAction) -> u64 {
+    match action {
+        BuyerAction::Confirm => 1,
+        BuyerAction::Release => 2,
+        BuyerAction::Extend => 3,
+    }
+}
+
+pub(super) fn decode(t: Ticket) -> (u32, Option<BuyerAction>) {
+    let buyer = u32::try_from(t >> 2).expect("tickets are made from u32 buyers");
+    let action = match t & 3 {
+        1 => Some(BuyerAction::Confirm),
+        2 => Some(BuyerAction::Release),
+        3 => Some(BuyerAction::Extend),
+        _ => None,
+    };
+    (buyer, action)
+}
+
+pub(super) fn command_ticket(c: &Command) -> Ticket {
+    match c {
+        Command::Reserve { ticket, .. }
+        | Command::Act { ticket, .. }
+        | Command::Admin { ticket, .. } => *ticket,
+    }
+}
+
+impl Agent {
+    /// A buyer asks for `qty` units: the HTTP handler's gate, then the owner's queue.
+    pub fn reserve(&mut self, now_us: u64, buyer: u32, qty: u64, out: &mut Vec<Effect>) {
+        assert!(self.up, "a down agent takes no requests");
+        let gate_us = now_us + self.cfg.gate_us;
+        if let Some(reply) = gate(&self.owner.gate_view(self.link_down), qty) {
+            return out.push(Effect::Answer {
+                buyer,
+                at_us: gate_us,
+                answer: Answer::of(&reply),
+            });
+        }
+        if self.queue.len() >= self.cfg.max_waiting {
+            return out.push(Effect::Answer {
+                buyer,
+                at_us: gate_us,
+                answer: Answer::QueueFull,
+            });
+        }
+        let max_per_user = self.owner.settings().max_per_user;
+        let request = ReserveRequest {
+            request_key: request_key(buyer),
+            user_id: user_id(buyer),
+            qty: Qty::parse(qty as i64, max_per_user).expect("buyers ask for 1..=max_per_user"),
+            ttl: None,
+        };
+        self.queue.push_back(Command::Reserve {
+            ticket: ticket(buyer, KIND_RESERVE),
+            request,
+            deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
+            known: false,
+        });
+        self.pump(now_us, out);
+    }
+
+    /// A buyer acts on its reservation; the answer comes as [`Effect::Acted`].
+    pub fn act(&mut self, now_us: u64, buyer: u32, action: BuyerAction, out: &mut Vec<Effect>) {
+        assert!(self.up, "a down agent takes no requests");
+        if self.queue.len() >= self.cfg.max_waiting {
+            return out.push(Effect::Acted {
+                buyer,
+                at_us: now_us + self.cfg.gate_us,
+                action,
+                reply: ActReply::WaitTimeout,
+            });
+        }
+        let owner_action = match action {
+            BuyerAction::Confirm => Action::Confirm,
+            BuyerAction::Release => Action::Release,
+            BuyerAction::Extend => Action::Extend(None),
+        };
+        self.queue.push_back(Command::Act {
+            ticket: ticket(buyer, action_kind(action)),
+            key: request_key(buyer),
+            action: owner_action,
+            deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
+        });
+        self.pump(now_us, out);
+    }
+
+    /// Hands the owner's answers to the world.
+    pub(super) fn deliver(&mut self, now_us: u64, out: &mut Vec<Effect>) {
+        while let Some((t, reply)) = self.owner.poll_reply() {
+            self.waiting.remove(&t);
+            let (buyer, action) = decode(t);
+            match (reply, action) {
+                (Reply::Reserve(reply), None) => out.push(Effect::Answer {
+                    buyer,
+                    at_us: now_us,
+                    answer: Answer::of(&reply),
+                }),
+                (Reply::Act(reply), Some(action)) => out.push(Effect::Acted {
+                    buyer,
+                    at_us: now_us,
+                    action,
+                    reply,
+                }),
+                (reply, _) => unreachable!("no admin in the simulation: {reply:?}"),
+            }
+        }
+    }
+}
