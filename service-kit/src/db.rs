@@ -4,7 +4,8 @@
 //!
 //! - PostgreSQL (`postgres://` or `postgresql://`): a pool whose statements
 //!   time out after [`STATEMENT_TIMEOUT`], so a hung statement fails rather
-//!   than holding row locks (and a drain) forever.
+//!   than holding row locks (and a drain) forever; with several hosts, on
+//!   the primary among them ([`crate::primary`]).
 //! - SQLite (`sqlite://PATH`, the file created if missing): WAL with
 //!   `synchronous=FULL` (the log is synced at every commit, so an answer
 //!   sent after a commit survives a power cut), foreign keys on, and two
@@ -21,11 +22,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Sqlite, TransactionManager};
+
+use crate::primary::{self, Hosts};
 
 /// Longest a PostgreSQL statement may run.
 pub const STATEMENT_TIMEOUT: &str = "10s";
@@ -60,20 +63,48 @@ impl Backend {
 }
 
 /// Connects to the PostgreSQL database at `url` with `pool_size`
-/// connections and applies `migrator`.
+/// connections and applies `migrator`. A URL naming several hosts
+/// (`postgres://u@h1,h2/db?target_session_attrs=read-write`) gets a pool on
+/// the host that is the primary now, which refuses connections to a standby
+/// and follows the primary when it moves ([`crate::primary`]).
 pub async fn connect_postgres(
     url: &str,
     pool_size: u32,
     migrator: &Migrator,
 ) -> Result<PgPool, sqlx::Error> {
-    let options =
-        PgConnectOptions::from_str(url)?.options([("statement_timeout", STATEMENT_TIMEOUT)]);
-    let pool = PgPoolOptions::new()
+    let hosts = Hosts::parse(url)
+        .map_err(|e| sqlx::Error::Configuration(format!("database URL: {e}").into()))?
+        .map_options(|o| o.options([("statement_timeout", STATEMENT_TIMEOUT)]));
+    let pool_options = PgPoolOptions::new()
         .max_connections(pool_size)
-        .acquire_timeout(POSTGRES_ACQUIRE_TIMEOUT)
-        .connect_with(options)
+        .acquire_timeout(POSTGRES_ACQUIRE_TIMEOUT);
+    if hosts.len() == 1 {
+        let pool = pool_options.connect_with(hosts.options(0).clone()).await?;
+        migrator.run(&pool).await?;
+        return Ok(pool);
+    }
+    let first = hosts.find_primary().await.ok_or_else(|| {
+        let names: Vec<&str> = (0..hosts.len()).map(|i| hosts.name(i)).collect();
+        sqlx::Error::Configuration(
+            format!("none of the database hosts {names:?} is a primary that answers").into(),
+        )
+    })?;
+    let pool = pool_options
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                if primary::is_standby(conn).await? {
+                    return Err(sqlx::Error::Configuration(
+                        "connected to a standby: writes go to the primary only".into(),
+                    ));
+                }
+                Ok(())
+            })
+        })
+        .connect_with(hosts.options(first).clone())
         .await?;
     migrator.run(&pool).await?;
+    tracing::info!(primary = hosts.name(first), "database primary found");
+    tokio::spawn(primary::follow(pool.clone(), hosts, first));
     Ok(pool)
 }
 

@@ -8,6 +8,7 @@
 
 pub mod db;
 pub mod openapi;
+pub mod primary;
 pub mod retention;
 pub mod sql;
 

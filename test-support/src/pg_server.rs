@@ -23,26 +23,7 @@ impl PgServer {
     /// user `postgres` on loopback; `None` if PostgreSQL's server binaries
     /// are not installed (see [`PgServer::start_or_skip`]).
     pub fn start() -> Option<Self> {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let bin = server_binaries()?;
-        let dir = std::env::temp_dir().join(format!(
-            "escrow-pg-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let server = Self {
-            bin,
-            dir,
-            port: free_port(),
-        };
-        if is_root() {
-            let owner = Command::new("chown")
-                .args(["postgres:postgres", &server.dir.display().to_string()])
-                .status()
-                .unwrap();
-            assert!(owner.success(), "chown of the data directory failed");
-        }
+        let server = Self::with_dir(server_binaries()?);
         server.run(
             "initdb",
             &[
@@ -56,6 +37,30 @@ impl PgServer {
         );
         server.pg_ctl(&["start"]);
         Some(server)
+    }
+
+    /// A server not yet initialised: a new directory (owned by `postgres`
+    /// when run as root) and a free port.
+    fn with_dir(bin: PathBuf) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "escrow-pg-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            let owner = Command::new("chown")
+                .args(["postgres:postgres", &dir.display().to_string()])
+                .status()
+                .unwrap();
+            assert!(owner.success(), "chown of the data directory failed");
+        }
+        Self {
+            bin,
+            dir,
+            port: free_port(),
+        }
     }
 
     /// As [`PgServer::start`], for a test that skips `what` without the
@@ -73,6 +78,71 @@ impl PgServer {
             skip_without(tool, what);
         }
         server
+    }
+
+    /// Starts a streaming standby of `primary` (a base backup of it that
+    /// follows its write-ahead log), on a port of its own.
+    pub fn start_standby_of(primary: &PgServer) -> Self {
+        let server = Self::with_dir(primary.bin.clone());
+        server.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &server.data(),
+                "-R",
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+            ],
+        );
+        server.pg_ctl(&["start"]);
+        server
+    }
+
+    /// Makes every commit on this server wait until a standby has it
+    /// (`synchronous_standby_names = '*'`), as a region's HA setup does.
+    pub fn require_synchronous_standby(&self) {
+        self.run(
+            "psql",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-c",
+                "ALTER SYSTEM SET synchronous_standby_names = '*'",
+                "-c",
+                "SELECT pg_reload_conf()",
+            ],
+        );
+    }
+
+    /// Kills the server's postmaster with SIGKILL, as a machine that dies
+    /// would: no shutdown, no checkpoint; its backends exit on their own.
+    pub fn kill_postmaster(&self) {
+        let pid_file = self.dir.join("data").join("postmaster.pid");
+        let pids = std::fs::read_to_string(&pid_file).unwrap();
+        let pid = pids.lines().next().unwrap().trim().to_owned();
+        let killed = Command::new("kill").args(["-9", &pid]).status().unwrap();
+        assert!(killed.success(), "kill -9 {pid} failed");
+    }
+
+    /// Promotes this standby to a primary and waits until it is one.
+    pub fn promote(&self) {
+        self.pg_ctl(&["promote"]);
+    }
+
+    /// The port the server listens on, on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `postgres://postgres@127.0.0.1:PORT`, the server without a database.
