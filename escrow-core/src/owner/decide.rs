@@ -63,12 +63,19 @@ impl SkuOwner {
         Ok(changes)
     }
 
-    /// Sorts the reserves: a known key is answered from its row; the first
-    /// copy of a new key tries to hold; a second copy waits for the next batch.
+    /// Sorts the reserves: a hold found after a commit of unknown outcome is
+    /// answered HELD; a known key is answered from its row; the first copy
+    /// of a new key tries to hold; a second copy waits for the next batch.
     fn serve(&mut self, mut work: Work) {
         let mut seen = HashSet::new();
         for p in std::mem::take(&mut work.fresh) {
-            if self.paused {
+            let committed = self.holds.get(&p.request.request_key).filter(|r| {
+                p.in_failed_commit && r.user_id == p.request.user_id && r.qty == p.request.qty
+            });
+            if let Some(r) = committed {
+                let reply = ReserveReply::Held(r.clone());
+                self.reply(p.ticket, Reply::Reserve(reply));
+            } else if self.paused {
                 let reply = ReserveReply::Paused(PauseReason::AdminPause);
                 self.reply(p.ticket, Reply::Reserve(reply));
             } else if p.known {

@@ -79,6 +79,7 @@ impl SkuOwner {
                         request,
                         deadline,
                         known,
+                        in_failed_commit: false,
                     }
                 }),
                 Command::Act {
@@ -294,6 +295,9 @@ impl SkuOwner {
                     self.sync_due |= !batch.returns.is_empty() || !batch.grants.is_empty();
                     work.batch = batch;
                     self.committed(work, outcome)
+                }
+                Err(CommitError::Failed) if !work.retrying => {
+                    self.retry_after_failed_commit(&batch, work)
                 }
                 Err(error) => {
                     let reason = self.commit_failed(error);

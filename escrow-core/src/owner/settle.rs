@@ -4,7 +4,7 @@
 
 use super::work::{Phase, TakeEnd, Work};
 use super::{ActReply, AdminReply, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner};
-use crate::batch::{BatchOutcome, SkuRecord, StockChange};
+use crate::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
 use crate::ids::RequestKey;
 use crate::ledger::LedgerError;
 use crate::reservation::{Status, Transition};
@@ -182,6 +182,41 @@ impl SkuOwner {
             self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused(reason)));
         }
         self.phase = Phase::Idle;
+    }
+
+    /// A commit failed, and it may have happened all the same (its
+    /// connection broke before the answer, the primary died): nobody is
+    /// answered from a guess. The SKU is read again from the database and
+    /// the batch decided again on what it holds: a hold that did commit is
+    /// found by its key (the insert skips it) and answered HELD, the rest
+    /// try once more. Only if the read or that second commit fails too are
+    /// they told PAUSED (`storage`). Returns `batch` carried may be in the
+    /// pool now: the SKU is no longer known to be sold out everywhere, and
+    /// a sync delivers whatever the outbox holds.
+    pub(super) fn retry_after_failed_commit(&mut self, batch: &Batch, mut work: Work) {
+        self.needs_reload = true;
+        if !batch.returns.is_empty() {
+            self.sold_out_everywhere = false;
+        }
+        self.sync_due |= !batch.returns.is_empty() || !batch.grants.is_empty();
+        let mut retry = Work::new(self.tenant.clone(), self.sku.clone(), work.now_ms);
+        retry.retrying = true;
+        for mut p in std::mem::take(&mut work.holding) {
+            p.in_failed_commit = true;
+            retry.fresh.push(p);
+        }
+        let others = [
+            std::mem::take(&mut work.fresh),
+            std::mem::take(&mut work.overflow),
+            std::mem::take(&mut work.lookups),
+            std::mem::take(&mut work.later),
+            std::mem::take(&mut work.existing),
+        ];
+        retry.fresh.extend(others.into_iter().flatten());
+        retry.acts = std::mem::take(&mut work.acts);
+        retry.admins = std::mem::take(&mut work.admins);
+        self.phase = Phase::Reloading(retry);
+        self.io = Some(Io::Reload);
     }
 
     /// Stops the owner after a failed commit; the reason its buyers are told.

@@ -33,6 +33,9 @@ struct Harness {
     /// Units each reserve ticket asked for.
     wanted: HashMap<Ticket, u64>,
     fail_next_commit: bool,
+    /// The next commit happens, but its answer is lost (the connection
+    /// broke): the owner hears it failed.
+    lose_next_answer: bool,
     reachable: bool,
 }
 
@@ -64,6 +67,7 @@ impl Harness {
             asked: HashSet::new(),
             wanted: HashMap::new(),
             fail_next_commit: false,
+            lose_next_answer: false,
             reachable: true,
         }
     }
@@ -159,6 +163,12 @@ impl Harness {
                     }));
                 }
                 Io::Commit(batch) => {
+                    if std::mem::take(&mut self.lose_next_answer) {
+                        self.write(&batch);
+                        self.owner
+                            .handle_commit_result(batch, Err(CommitError::Failed));
+                        continue;
+                    }
                     if std::mem::take(&mut self.fail_next_commit) {
                         self.owner
                             .handle_commit_result(batch, Err(CommitError::Failed));
@@ -284,6 +294,7 @@ enum Op {
     Advance(u16),
     Directive(u8),
     FailNextCommit,
+    LoseNextAnswer,
     Unreachable(bool),
 }
 
@@ -297,6 +308,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..3_000u16).prop_map(Op::Advance),
         1 => (0..6u8).prop_map(Op::Directive),
         1 => Just(Op::FailNextCommit),
+        1 => Just(Op::LoseNextAnswer),
         1 => any::<bool>().prop_map(Op::Unreachable),
     ]
 }
@@ -346,6 +358,7 @@ proptest! {
                     h.redeliver(returned);
                 }
                 Op::FailNextCommit => h.fail_next_commit = true,
+                Op::LoseNextAnswer => h.lose_next_answer = true,
                 Op::Unreachable(down) => h.reachable = !down,
             }
             h.check()?;
@@ -362,6 +375,37 @@ proptest! {
         let rows = h.book.reservations().count();
         prop_assert_eq!(held.len(), rows, "one HELD answer per row");
     }
+}
+
+/// Goal: a commit that happened but whose answer was lost (the owner
+/// hears it failed) is settled from the rows: its buyers hear HELD, once,
+/// and memory equals the database. A commit that really failed is decided
+/// again, and only a second failure is answered PAUSED (`storage`).
+#[test]
+fn a_commit_of_unknown_outcome_is_settled_from_the_rows() {
+    let mut h = Harness::new(4, 0);
+    h.lose_next_answer = true;
+    let first = vec![h.reserve(1, 1, 1), h.reserve(2, 2, 2)];
+    h.batch(first);
+    for ticket in [1, 2] {
+        assert!(
+            matches!(h.answers[&ticket], Reply::Reserve(ReserveReply::Held(_))),
+            "ticket {ticket}: {:?}",
+            h.answers[&ticket]
+        );
+    }
+    assert_eq!(h.book.reservations().count(), 2);
+    h.check().unwrap();
+
+    h.fail_next_commit = true;
+    let second = vec![h.reserve(3, 3, 1)];
+    h.batch(second);
+    assert!(matches!(
+        h.answers[&3],
+        Reply::Reserve(ReserveReply::Held(_))
+    ));
+    assert_eq!(h.book.reservations().count(), 3);
+    h.check().unwrap();
 }
 
 /// Goal: extend then confirm of one hold in one batch both succeed, in

@@ -19,6 +19,9 @@ pub(super) struct PendingReserve {
     pub(super) request: ReserveRequest,
     pub(super) deadline: Deadline,
     pub(super) known: bool,
+    /// Its hold was in a commit that failed and may have happened anyway:
+    /// a row found for its key afterwards is its hold.
+    pub(super) in_failed_commit: bool,
 }
 
 /// An action waiting in the owner.
@@ -66,6 +69,8 @@ pub(super) struct Work {
     pub(super) act_results: Vec<Option<(Result<(), Refusal>, Reservation)>>,
     /// Reserves answered from their rows after the commit.
     pub(super) existing: Vec<PendingReserve>,
+    /// The batch again, after its commit failed: a second failure is final.
+    pub(super) retrying: bool,
 }
 
 impl Work {
@@ -86,6 +91,7 @@ impl Work {
             overflow: Vec::new(),
             act_results: Vec::new(),
             existing: Vec::new(),
+            retrying: false,
         }
     }
 }
