@@ -28,12 +28,11 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest};
 use escrow_core::Reports;
+use harness::client::{Bearer, Conn};
+use harness::database::ScratchDb;
+use harness::process::{free_addr, ServerProcess, Terminal};
 use hdrhistogram::Histogram;
 use hyper::{Method, StatusCode};
-
-use crate::client::{Bearer, Conn};
-use crate::database::ScratchDb;
-use crate::process::{free_addr, ServerProcess, Terminal};
 
 /// The tenant of every SKU.
 const TENANT: &str = "cap";

@@ -1,80 +1,13 @@
-//! Scratch databases: each server under test gets a fresh one, dropped
-//! afterwards, on the one PostgreSQL the whole run shares, or a fresh
-//! SQLite file in a directory of its own, removed afterwards.
-//!
-//! A fresh database per server keeps runs independent (no rows or request
-//! keys left over from the last run for the agent to load at start) and
-//! lets the agent and the naive baseline write to the same server without
-//! seeing each other's tables.
+//! The benchmark's own scratch files and what it reports of its database:
+//! a fresh SQLite file per agent in a directory of its own, removed
+//! afterwards (scratch PostgreSQL databases are the harness's
+//! [`harness::database::ScratchDb`]), and the PostgreSQL server's version
+//! and durability settings.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
-
-/// `url` with its database name replaced by `database`.
-pub fn with_database(url: &str, database: &str) -> anyhow::Result<String> {
-    let options: PgConnectOptions = url.parse().context("parsing the database URL")?;
-    Ok(options.database(database).to_url_lossy().to_string())
-}
-
-/// A database that exists for one server's run.
-#[derive(Debug)]
-pub struct ScratchDb {
-    /// Its name.
-    pub name: String,
-    /// A URL that connects to it.
-    pub url: String,
-    admin: PgPool,
-}
-
-impl ScratchDb {
-    /// Creates (or recreates) database `name` on the server `admin_url`
-    /// points at; `admin_url` must be a superuser's or a database owner's.
-    pub async fn create(admin_url: &str, name: &str) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            name.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
-            "scratch database names are [a-z0-9_]"
-        );
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(admin_url)
-            .await
-            .with_context(|| format!("connecting to {admin_url}"))?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&admin)
-            .await?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .with_context(|| format!("creating database {name}"))?;
-        Ok(Self {
-            name: name.to_owned(),
-            url: with_database(admin_url, name)?,
-            admin,
-        })
-    }
-
-    /// Leaves the database in place and closes the connection that made it.
-    pub async fn keep(self) {
-        self.admin.close().await;
-    }
-
-    /// Drops the database, closing any connection still open to it.
-    pub async fn drop(self) -> anyhow::Result<()> {
-        sqlx::query(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ))
-        .execute(&self.admin)
-        .await
-        .with_context(|| format!("dropping database {}", self.name))?;
-        self.admin.close().await;
-        Ok(())
-    }
-}
+use sqlx::postgres::PgPoolOptions;
 
 /// A SQLite file that exists for one agent's run, in a directory of its
 /// own (the file, its WAL and its shared-memory index go together).

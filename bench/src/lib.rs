@@ -7,40 +7,55 @@
 //! second, a naive server doing one PostgreSQL transaction per sale, and an
 //! HTTP ceiling that parses the same JSON and stores nothing. Every server
 //! is a separate process on the same machine and the same PostgreSQL, so
-//! the ratios between them are what the numbers mean.
+//! the ratios between them are what the numbers mean. Servers are started,
+//! and answers classified, by the [`harness`].
 //!
 //! - [`load`]: the load generator: concurrent buyers, outcomes, latency.
-//! - [`client`]: one keep-alive HTTP/1 connection.
-//! - [`outcome`]: what each answer means, and their tallies.
 //! - [`metrics`]: the agent's group-commit counters around a phase.
 //! - [`wire`]: the buyer API's JSON, shared by the baseline servers.
 //! - [`naive`] and [`ceiling`]: the two baseline servers (`bench-server`).
-//! - [`database`]: scratch databases created and dropped per run.
+//! - [`database`]: scratch SQLite files, and the PostgreSQL's settings.
 //! - [`interference`]: CPU used by other processes during a run.
-//! - [`process`]: servers started as child processes.
 //! - [`scenario`]: the runs and sweeps the `bench` command performs.
 //! - [`report`]: the tables and ratios printed at the end.
+//! - [`capacity`]: `bench coordinator`, how many regions and SKUs one
+//!   coordinator serves.
 //! - [`tail`]: `bench tail`, the tail of a sale on a coordinator and its
 //!   agents, per policy.
 
+use std::path::PathBuf;
+
+use harness::process::Binaries;
+
 pub mod capacity;
 pub mod ceiling;
-pub mod client;
 pub mod database;
 pub mod interference;
 pub mod load;
 pub mod metrics;
 pub mod naive;
-pub mod outcome;
-pub mod process;
 pub mod report;
 pub mod scenario;
 pub mod tail;
 pub mod wire;
 
-/// The tenant every benchmark run sells for.
-pub const TENANT: &str = "bench";
-/// The tenant's buyer API key.
-pub const TENANT_KEY: &str = "bench-key";
-/// The admin token of every server the benchmark starts.
-pub const ADMIN_TOKEN: &str = "bench-admin";
+/// The packages `bench` (all but `tail` and `coordinator`) runs.
+pub const HOT_PATH_PACKAGES: [&str; 3] = ["region-agent", "coordinator", "bench"];
+
+/// `bench-server` (the naive baseline and the ceiling), beside the
+/// services' binaries.
+pub fn bench_server(binaries: &Binaries) -> PathBuf {
+    binaries.dir.join("bench-server")
+}
+
+/// Fails unless the agent, the coordinator and the baseline server exist.
+pub fn check_hot_path(binaries: &Binaries) -> anyhow::Result<()> {
+    Binaries::check(
+        &[
+            &binaries.agent,
+            &bench_server(binaries),
+            &binaries.coordinator,
+        ],
+        &HOT_PATH_PACKAGES,
+    )
+}

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
+use harness::client::{Bearer, Conn};
+use harness::outcome::{Outcome, Tally};
 use hdrhistogram::Histogram;
 use tokio::sync::Barrier;
 
-use crate::client::{Bearer, Conn};
 use crate::metrics::CommitStats;
-use crate::outcome::{Outcome, Tally};
 
 /// Highest latency the histograms track, in microseconds (one minute).
 pub const LATENCY_US_MAX: u64 = 60_000_000;

@@ -12,16 +12,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bench::load::{LoadSpec, Workload};
-use bench::process::{Binaries, CLUSTER_PACKAGES, HOT_PATH_PACKAGES};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
-use bench::tail::cluster::{ClusterFlags, Logs, Storage};
-use bench::tail::link::parse_distances;
-use bench::tail::shape::{
+use bench::HOT_PATH_PACKAGES;
+use clap::{Parser, Subcommand};
+use harness::cluster::{ClusterFlags, Logs, Storage};
+use harness::link::{parse_distances, Distances};
+use harness::process::{Binaries, CLUSTER_PACKAGES};
+use harness::sale::TailSettings;
+use harness::shape::{
     default_skew, parse_skew, scenario_sale, Sale, Shape, DISTANCE_PRESETS, PRESETS,
 };
-use bench::tail::TailSettings;
-use clap::{Parser, Subcommand};
 
 /// Benchmarks the region agent's hot path against a naive
 /// one-transaction-per-sale server and an HTTP ceiling.
@@ -104,7 +105,7 @@ enum Command {
         #[arg(long, default_values_t = ["hot".to_owned()])]
         sku: Vec<String>,
         /// The buyer API key.
-        #[arg(long, default_value = bench::TENANT_KEY)]
+        #[arg(long, default_value = harness::TENANT_KEY)]
         tenant_key: String,
     },
 }
@@ -150,7 +151,7 @@ struct TailArgs {
     /// eu=20,us=80,ap=230 (ms): a user-space delay on every agent-coordinator
     /// connection. Overrides the shape's or the scenario's `rtt_ms`.
     #[arg(long, value_parser = parse_distances)]
-    rtt: Option<bench::tail::link::Distances>,
+    rtt: Option<Distances>,
     /// Stock weight per region, e.g. 5,3,2 (default: the preset's, or 1 each).
     #[arg(long, value_delimiter = ',')]
     weights: Option<Vec<u32>>,
@@ -269,7 +270,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Binaries::build(&HOT_PATH_PACKAGES).await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
-    binaries.check()?;
+    bench::check_hot_path(&binaries)?;
     let settings = Settings {
         database_url: cli.database_url.clone(),
         clients: cli.clients as usize,
@@ -437,16 +438,20 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
                 .sync_interval_ms
                 .or(agent.as_ref().map(|a| a.sync_interval_ms))
                 .unwrap_or(200),
-            max_in_flight: agent
-                .as_ref()
-                .map_or(cli.agent_max_in_flight, |a| a.max_in_flight as u32),
-            max_waiting: agent
-                .as_ref()
-                .map_or(cli.agent_max_waiting, |a| a.max_waiting as u32),
+            max_in_flight: Some(
+                agent
+                    .as_ref()
+                    .map_or(cli.agent_max_in_flight, |a| a.max_in_flight as u32),
+            ),
+            max_waiting: Some(
+                agent
+                    .as_ref()
+                    .map_or(cli.agent_max_waiting, |a| a.max_waiting as u32),
+            ),
             wait_timeout_ms: args
                 .wait_timeout_ms
                 .or(agent.as_ref().map(|a| a.wait_timeout_ms)),
-            db_pool_size: args.db_pool_size,
+            db_pool_size: Some(args.db_pool_size),
         },
         distances: args.rtt.clone().unwrap_or_default(),
     };

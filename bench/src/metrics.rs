@@ -5,9 +5,7 @@
 
 use std::net::SocketAddr;
 
-use hyper::Method;
-
-use crate::client::{Bearer, Conn};
+use harness::metrics::read_text;
 
 /// Cumulative commit counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -48,11 +46,7 @@ impl CommitCounters {
 
     /// Reads the agent's counters now.
     pub async fn read(addr: SocketAddr) -> anyhow::Result<Self> {
-        let mut conn = Conn::connect(addr).await?;
-        let bearer = Bearer::new("metrics")?;
-        let (status, body) = conn.send(Method::GET, "/metrics", &bearer, None).await?;
-        anyhow::ensure!(status.is_success(), "/metrics answered {status}");
-        Ok(Self::parse(&String::from_utf8_lossy(&body)))
+        Ok(Self::parse(&read_text(addr).await?))
     }
 
     /// What happened between `earlier` and `self`.
@@ -64,48 +58,6 @@ impl CommitCounters {
             batched: self.batched - earlier.batched,
         }
     }
-}
-
-/// A server's `/metrics` text now.
-pub async fn read_text(addr: SocketAddr) -> anyhow::Result<String> {
-    let mut conn = Conn::connect(addr).await?;
-    let bearer = Bearer::new("metrics")?;
-    let (status, body) = conn.send(Method::GET, "/metrics", &bearer, None).await?;
-    anyhow::ensure!(status.is_success(), "/metrics answered {status}");
-    Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
-/// The sum of every series named `name` (over all its labels, or only
-/// those carrying `label="value"`), or `None` if the text has no such
-/// series: a counter not yet incremented is absent, so callers that know
-/// the counter exists read `None` as zero.
-pub fn series_sum(text: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-    let mut sum = None;
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let (series_name, labels) = match series.split_once('{') {
-            Some((n, rest)) => (n, rest.trim_end_matches('}')),
-            None => (series, ""),
-        };
-        if series_name != name {
-            continue;
-        }
-        if let Some((key, wanted)) = label {
-            let pair = format!("{key}=\"{wanted}\"");
-            if !labels.split(',').any(|l| l.trim() == pair) {
-                continue;
-            }
-        }
-        if let Ok(value) = value.parse::<f64>() {
-            *sum.get_or_insert(0.0) += value;
-        }
-    }
-    sum
 }
 
 /// Commit counters over one phase.
@@ -153,27 +105,5 @@ mod tests {
         let stats = c.since(&CommitCounters::default());
         assert_eq!(stats.mean_batch(), 50.0);
         assert_eq!(stats.mean_commit_ms(), 50.0);
-    }
-
-    /// Goal: a series is summed over its labels, or filtered by one label,
-    /// and an absent series is told apart from a zero one.
-    #[test]
-    fn sums_one_series() {
-        let text = "# TYPE escrow_reservations_total counter\n\
-            escrow_reservations_total{outcome=\"HELD\"} 7\n\
-            escrow_reservations_total{outcome=\"SOLD_OUT\"} 3\n\
-            coordinator_take_granted_units_total 0\n";
-        let all = series_sum(text, "escrow_reservations_total", None);
-        assert_eq!(all, Some(10.0));
-        let held = series_sum(text, "escrow_reservations_total", Some(("outcome", "HELD")));
-        assert_eq!(held, Some(7.0));
-        let none = series_sum(
-            text,
-            "escrow_reservations_total",
-            Some(("outcome", "PAUSED")),
-        );
-        assert_eq!(none, None);
-        let zero = series_sum(text, "coordinator_take_granted_units_total", None);
-        assert_eq!(zero, Some(0.0));
     }
 }

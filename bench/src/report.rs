@@ -3,10 +3,12 @@
 
 use std::fmt::Write as _;
 
+use harness::outcome::{Outcome, Tally};
+use harness::report::thousands;
+
 use crate::database::ServerFacts;
 use crate::interference::FOREIGN_SHARE_MAX;
 use crate::load::LoadReport;
-use crate::outcome::{Outcome, Tally};
 use crate::scenario::{
     Comparison, Settings, SweepPoint, REJECTIONS, SALES, SETTLES, SOLD_OUT_STOCK,
 };
@@ -60,20 +62,6 @@ impl Machine {
             postgres,
         }
     }
-}
-
-/// `12345.6` as `12,346`.
-pub fn thousands(value: f64) -> String {
-    let n = value.round() as u64;
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn ms(report: &LoadReport, quantile: f64, actions: bool) -> String {
@@ -542,18 +530,4 @@ pub fn sweep_clients(points: &[SweepPoint]) -> String {
         );
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Goal: rates print with thousands separators, rounded.
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0.4), "0");
-        assert_eq!(thousands(999.0), "999");
-        assert_eq!(thousands(1234.5), "1,235");
-        assert_eq!(thousands(12_345_678.0), "12,345,678");
-    }
 }

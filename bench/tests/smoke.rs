@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use bench::load::{self, LoadReport, LoadSpec, Workload};
 use bench::naive::{self, Naive};
-use bench::outcome::Outcome;
 use bench::scenario::{audit_drift, put_sku};
-use bench::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use escrow_core::{RegionName, Tenant};
+use harness::outcome::Outcome;
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use region_agent::auth::Auth;
 use region_agent::clock::SystemClock;
 use region_agent::owner::Limits;

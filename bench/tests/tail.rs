@@ -12,11 +12,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bench::outcome::Outcome;
-use bench::process::{Binaries, CLUSTER_PACKAGES};
-use bench::tail::cluster::{Backend, ClusterFlags, Logs, Storage};
-use bench::tail::shape::Shape;
-use bench::tail::{run_policy, TailSettings};
+use bench::tail::run_policy;
+use harness::cluster::{Backend, ClusterFlags, Logs, Storage};
+use harness::outcome::Outcome;
+use harness::process::{Binaries, CLUSTER_PACKAGES};
+use harness::sale::TailSettings;
+use harness::shape::Shape;
 
 const UNITS: u64 = 60;
 const BUYERS: u64 = 200;
@@ -45,10 +46,10 @@ fn settings(binaries: Binaries, storage: Storage) -> TailSettings {
         in_flight: 100,
         cluster: ClusterFlags {
             sync_interval_ms: 200,
-            max_in_flight: 256,
-            max_waiting: 4_096,
+            max_in_flight: Some(256),
+            max_waiting: Some(4_096),
             wait_timeout_ms: None,
-            db_pool_size: 4,
+            db_pool_size: Some(4),
         },
         distances: Default::default(),
     }

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bench::tail::cluster::{Backend, Storage};
-use bench::tail::link::{parse_distances, Distances};
-use bench::tail::shape::{parse_skew, Arrivals, Sale, Shape, BUYERS_MAX, REGION_NAMES};
 use clap::Parser;
+use harness::cluster::{Backend, Storage};
+use harness::link::{parse_distances, Distances};
+use harness::shape::{parse_skew, Arrivals, Sale, Shape, BUYERS_MAX, REGION_NAMES};
 
 /// The demo's regions: the first this many of [`REGION_NAMES`] (eu, us,
 /// ap), in the sale's order.

@@ -1,13 +1,14 @@
 //! `scripts/demo`: a flash sale on a real coordinator and three real
 //! region agents (eu, us, ap), shown live in the terminal.
 //!
-//! It reuses `bench tail`'s parts: the cluster of child processes, the
-//! crowd of browser-like buyers (one request key each, a 503 retried with
-//! it after `Retry-After`), the sampler of the coordinator's view and the
-//! analysis. Every process runs on a SQLite file in a fresh run directory
-//! (or on PostgreSQL, by flag) and logs there; the directory is kept.
-//! With `--rtt`, each named agent reaches the coordinator through a link
-//! that delays every call by its round trip (bench's delay link).
+//! It runs the sale `bench tail` runs, with the [`harness`]: the cluster
+//! of child processes, the crowd of browser-like buyers (one request key
+//! each, a 503 retried with it after `Retry-After`), the sampler of the
+//! coordinator's view and the analysis. Every process runs on a SQLite
+//! file in a fresh run directory (or on PostgreSQL, by flag) and logs
+//! there; the directory is kept. With `--rtt`, each named agent reaches
+//! the coordinator through a link that delays every call by its round
+//! trip (the harness's [`harness::link::Link`]).
 //! While the crowd buys, a live view (a terminal) or plain lines (anything
 //! else) show each region's stock, answers and hold wait, the
 //! coordinator's pool and mode, and the audit; then a summary with the
@@ -32,12 +33,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bench::process::Binaries;
-use bench::tail::buyers::{self, Progress};
-use bench::tail::cluster::{process_name, Cluster, ClusterFlags, Logs};
-use bench::tail::link::Distances;
-use bench::tail::shape::Sale;
-use bench::tail::{close_sale, crowd, open_sale, TailRun, TailSettings};
+use harness::cluster::{process_name, Cluster, ClusterFlags, Logs};
+use harness::crowd::{BuyerLog, Progress};
+use harness::link::Distances;
+use harness::process::Binaries;
+use harness::sale::{buy, close_sale, crowd, open_sale, TailRun, TailSettings};
+use harness::shape::Sale;
 use tokio::sync::watch;
 
 use config::Config;
@@ -50,10 +51,10 @@ pub const IN_FLIGHT: usize = 300;
 /// Flags of the coordinator and the agents.
 pub const CLUSTER_FLAGS: ClusterFlags = ClusterFlags {
     sync_interval_ms: 200,
-    max_in_flight: 256,
-    max_waiting: 4_096,
+    max_in_flight: Some(256),
+    max_waiting: Some(4_096),
     wait_timeout_ms: None,
-    db_pool_size: 4,
+    db_pool_size: Some(4),
 };
 /// How often the live view is redrawn.
 pub const SCREEN_INTERVAL: Duration = Duration::from_millis(200);
@@ -172,7 +173,7 @@ impl Demo<'_> {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
         let open = open_sale(self.cluster, self.sale).await?;
-        let progress = Arc::new(Progress::new(self.cluster.rtt_ms()));
+        let progress = Arc::new(Progress::new(&self.cluster.rtt_ms()));
         let crowd = crowd(self.settings, self.cluster, Some(progress.clone()));
         let run_id = crowd.run_id.clone();
         let mut live = Live::start(
@@ -186,11 +187,11 @@ impl Demo<'_> {
         let mut tick = tokio::time::interval(view.interval());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-        let buying = buyers::run(crowd, self.sale, open.origin);
+        let buying = buy(crowd, self.sale, open.origin);
         tokio::pin!(buying);
         let logs = loop {
             tokio::select! {
-                logs = &mut buying => break Some(logs.context("running the buyers")?),
+                logs = &mut buying => break Some(logs?),
                 _ = tick.tick() => view.show(&live.snapshot(Stage::Selling))?,
                 _ = stop_requested(&mut stopped) => break None,
             }
@@ -243,7 +244,7 @@ impl Demo<'_> {
 
     /// Prints the summary, the verdict and the commands to look further;
     /// whether every check passed.
-    fn report(&self, run: &TailRun, logs: &[buyers::BuyerLog], run_id: &str) -> bool {
+    fn report(&self, run: &TailRun, logs: &[BuyerLog], run_id: &str) -> bool {
         println!("{}", summary::summary(self.sale, run, logs));
         let (ok, verdict) = summary::verdict(run);
         println!("{verdict}\n");

@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bench::outcome::{Outcome, Tally};
-use bench::report::thousands;
-use bench::tail::buyers::{Progress, RegionProgress};
-use bench::tail::cluster::{audit, Audit};
-use bench::tail::sampler::SkuView;
-use bench::tail::shape::Sale;
+use harness::crowd::{Progress, RegionProgress};
+use harness::outcome::{Outcome, Tally};
+use harness::report::thousands;
+use harness::sale::{audit, Audit};
+use harness::sampler::SkuView;
+use harness::shape::Sale;
+use harness::ADMIN_TOKEN;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -186,7 +187,7 @@ impl Live {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                match audit(coordinator).await {
+                match audit(coordinator, ADMIN_TOKEN).await {
                     Ok(audit) => {
                         audit_sender.send_replace(Some(audit));
                     }

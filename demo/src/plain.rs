@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use bench::outcome::Outcome;
+use harness::outcome::Outcome;
 
 use crate::live::{ms, percent, Snapshot};
 

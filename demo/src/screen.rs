@@ -14,8 +14,8 @@
 use std::fmt::Write as _;
 use std::io;
 
-use bench::outcome::Outcome;
-use bench::report::thousands;
+use harness::outcome::Outcome;
+use harness::report::thousands;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};

@@ -7,12 +7,12 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use bench::outcome::Outcome;
-use bench::report::thousands;
-use bench::tail::buyers::{request_key, BuyerLog, End};
-use bench::tail::shape::Sale;
-use bench::tail::{TailRun, SKU};
-use bench::{ADMIN_TOKEN, TENANT, TENANT_KEY};
+use harness::crowd::{request_key, BuyerLog, End};
+use harness::outcome::Outcome;
+use harness::report::thousands;
+use harness::sale::{TailRun, SKU};
+use harness::shape::Sale;
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 
 use crate::live::{ms, other_answers, percent};
 

@@ -11,7 +11,7 @@
 
 use std::process::Command;
 
-use bench::process::Binaries;
+use harness::process::Binaries;
 
 /// The services' packages the demo starts (built here in the test's
 /// profile, beside the `demo` binary).

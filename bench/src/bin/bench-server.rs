@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::Context;
 use bench::ceiling::{self, Ceiling};
 use bench::naive::{self, Naive};
-use bench::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use clap::{Parser, ValueEnum};
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 

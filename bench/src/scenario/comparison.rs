@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 
 use anyhow::Context;
+use harness::client::{self, Bearer};
+use harness::{ADMIN_TOKEN, TENANT};
 use hyper::{Method, StatusCode};
 
-use crate::client::{self, Bearer};
 use crate::load::{LoadReport, Workload};
-use crate::{ADMIN_TOKEN, TENANT};
 
 use super::coordinated::coordinated;
 use super::servers::{start_agent, start_ceiling, start_naive};

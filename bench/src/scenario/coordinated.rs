@@ -5,14 +5,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use harness::client::{self, Bearer};
+use harness::database::ScratchDb;
+use harness::process::{free_addr, ServerProcess};
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
-use crate::client::{self, Bearer};
-use crate::database::ScratchDb;
 use crate::load::LoadReport;
-use crate::process::{free_addr, ServerProcess};
-use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 
 use super::servers::{db_name, start_agent_with, Target};
 use super::{agent_load, audit_drift, hot, spec, AgentBackend, Settings, HOT_STOCK};

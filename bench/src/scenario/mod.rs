@@ -25,16 +25,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
+use harness::client::{self, Bearer};
+use harness::outcome::Outcome;
+use harness::process::Binaries;
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
-use crate::client::{self, Bearer};
 use crate::interference::Watch;
 use crate::load::{self, LoadReport, LoadSpec, Workload};
 use crate::metrics::CommitCounters;
-use crate::outcome::Outcome;
-use crate::process::Binaries;
-use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
 
 pub use comparison::{compare, hot_only, Comparison};
 pub use sweeps::{sweep_batch, sweep_clients, SweepPoint, SWEEP_CLIENTS, SWEEP_MAX_IN_FLIGHT};

@@ -4,9 +4,12 @@
 
 use std::net::SocketAddr;
 
-use crate::database::{ScratchDb, ScratchFile};
-use crate::process::{free_addr, ServerProcess};
-use crate::{ADMIN_TOKEN, TENANT, TENANT_KEY};
+use harness::database::ScratchDb;
+use harness::process::{free_addr, ServerProcess};
+use harness::{ADMIN_TOKEN, TENANT, TENANT_KEY};
+
+use crate::bench_server;
+use crate::database::ScratchFile;
 
 use super::{AgentBackend, AgentFlags, Settings};
 
@@ -103,7 +106,8 @@ pub(super) async fn start_naive(settings: &Settings, tag: &str) -> anyhow::Resul
         "--db-pool-size".into(),
         settings.naive_pool_size.to_string(),
     ];
-    let process = ServerProcess::start("naive", &settings.binaries.server, &args, addr).await?;
+    let process =
+        ServerProcess::start("naive", &bench_server(&settings.binaries), &args, addr).await?;
     Ok(Target {
         process,
         db: Some(db),
@@ -119,7 +123,8 @@ pub(super) async fn start_ceiling(settings: &Settings) -> anyhow::Result<Target>
         "--listen".into(),
         addr.to_string(),
     ];
-    let process = ServerProcess::start("ceiling", &settings.binaries.server, &args, addr).await?;
+    let process =
+        ServerProcess::start("ceiling", &bench_server(&settings.binaries), &args, addr).await?;
     Ok(Target {
         process,
         db: None,

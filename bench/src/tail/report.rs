@@ -3,12 +3,14 @@
 
 use std::fmt::Write as _;
 
-use super::analysis::HELD_SHARES;
-use super::sampler::SkuView;
-use super::shape::Sale;
-use super::{TailRun, TailSettings};
-use crate::outcome::Outcome;
-use crate::report::{thousands, Machine};
+use harness::analysis::HELD_SHARES;
+use harness::outcome::{Outcome, Tally};
+use harness::report::thousands;
+use harness::sale::{TailRun, TailSettings};
+use harness::sampler::SkuView;
+use harness::shape::Sale;
+
+use crate::report::Machine;
 
 /// The lines above every table: machine, code, flags.
 pub fn header(machine: &Machine, settings: &TailSettings, commit: &str) -> String {
@@ -20,13 +22,16 @@ pub fn header(machine: &Machine, settings: &TailSettings, commit: &str) -> Strin
         machine.cores, machine.cpu, pg.version, pg.synchronous_commit, pg.fsync
     );
     let c = &settings.cluster;
-    let wait = c
-        .wait_timeout_ms
-        .map_or("default".to_owned(), |ms| ms.to_string());
+    let flag = |value: Option<u64>| value.map_or("default".to_owned(), |v| v.to_string());
     let _ = writeln!(
         out,
-        "Code: {commit}. Coordinator and agents --sync-interval-ms {}; agents --max-in-flight {} --max-waiting {} --wait-timeout-ms {wait}; --db-pool-size {}; buyers: at most {} requests in flight per region.",
-        c.sync_interval_ms, c.max_in_flight, c.max_waiting, c.db_pool_size, settings.in_flight
+        "Code: {commit}. Coordinator and agents --sync-interval-ms {}; agents --max-in-flight {} --max-waiting {} --wait-timeout-ms {}; --db-pool-size {}; buyers: at most {} requests in flight per region.",
+        c.sync_interval_ms,
+        flag(c.max_in_flight.map(u64::from)),
+        flag(c.max_waiting.map(u64::from)),
+        flag(c.wait_timeout_ms),
+        flag(c.db_pool_size.map(u64::from)),
+        settings.in_flight
     );
     out
 }
@@ -145,7 +150,7 @@ fn ms(us: i64) -> String {
 }
 
 /// The answers of one region, by outcome, those that occurred.
-fn answers(tally: &crate::outcome::Tally) -> String {
+fn answers(tally: &Tally) -> String {
     let named: Vec<String> = Outcome::ALL
         .iter()
         .filter(|o| tally[**o] > 0)

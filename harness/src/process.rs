@@ -1,20 +1,22 @@
 //! Servers under test, each its own child process.
 //!
-//! The agent, the naive baseline and the ceiling run as separate processes
-//! with their own tokio runtimes, exactly as in production, so no server
-//! shares a scheduler or an allocator with the load generator. A child
-//! that is not stopped explicitly is killed when its handle drops.
+//! The coordinator, the agents and bench's baselines run as separate
+//! processes with their own tokio runtimes, exactly as in production, so
+//! no server shares a scheduler or an allocator with the load generator
+//! or the test driving it. A child that is not stopped explicitly is
+//! killed when its handle drops.
 //!
 //! A child either shares our terminal (its logs on our stderr, a Ctrl-C
 //! reaches it too) or is detached from it (its logs in a file, its own
 //! process group): a parent that draws on the terminal, or that stops its
 //! children in order on Ctrl-C, detaches them.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -25,6 +27,8 @@ use crate::client::{self, Bearer};
 
 /// Longest a server may take from spawn to ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often readiness is asked while waiting for it.
+pub const READY_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Longest a server may take to drain after SIGTERM before it is killed.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most bytes of a detached child's log quoted when it exits before it is ready.
@@ -53,6 +57,28 @@ pub fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(listener.local_addr()?)
 }
 
+/// Environment variables set for a child, besides `RUST_LOG` (and
+/// `NO_COLOR` when it is detached).
+pub type Env = Vec<(String, OsString)>;
+
+/// How to start one server: everything [`ServerProcess::restart`] needs
+/// to start it again the same way.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// What it is, for messages.
+    pub name: String,
+    /// The binary.
+    pub program: PathBuf,
+    /// Its flags; they make it listen on `addr`.
+    pub args: Vec<String>,
+    /// Its own environment variables.
+    pub env: Env,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// How it relates to our terminal.
+    pub terminal: Terminal,
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct ServerProcess {
@@ -60,6 +86,7 @@ pub struct ServerProcess {
     pub name: String,
     /// Where it listens.
     pub addr: SocketAddr,
+    launch: Launch,
     child: Child,
 }
 
@@ -85,42 +112,30 @@ impl ServerProcess {
         addr: SocketAddr,
         terminal: &Terminal,
     ) -> anyhow::Result<Self> {
-        let mut command = Command::new(program);
-        command.args(args).stdin(Stdio::null()).kill_on_drop(true);
-        let default_level = match terminal {
-            Terminal::Shared => {
-                command.stdout(Stdio::from(std::io::stderr()));
-                "warn"
-            }
-            Terminal::Detached { log } => {
-                let file = File::options()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .with_context(|| format!("opening {}", log.display()))?;
-                // A log file is read with a pager or grep: no colour codes.
-                command
-                    .stdout(Stdio::from(file.try_clone()?))
-                    .stderr(Stdio::from(file))
-                    .env("NO_COLOR", "1")
-                    .process_group(0);
-                "info"
-            }
-        };
-        command.env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| default_level.into()),
-        );
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", program.display()))?;
-        let mut server = Self {
+        Self::launch(Launch {
             name: name.to_owned(),
+            program: program.to_owned(),
+            args: args.to_vec(),
+            env: Env::new(),
             addr,
+            terminal: terminal.clone(),
+        })
+        .await
+    }
+
+    /// Starts a server as `launch` says and waits until `GET /readyz`
+    /// answers 200; a detached child that exits before that is reported
+    /// with the end of its log.
+    pub async fn launch(launch: Launch) -> anyhow::Result<Self> {
+        let child = spawn_child(&launch)?;
+        let mut server = Self {
+            name: launch.name.clone(),
+            addr: launch.addr,
+            launch,
             child,
         };
         if let Err(error) = server.wait_ready().await {
-            return Err(match terminal {
+            return Err(match &server.launch.terminal {
                 Terminal::Shared => error,
                 Terminal::Detached { log } => {
                     anyhow::anyhow!("{error:#}; {} says:\n{}", log.display(), log_excerpt(log))
@@ -132,22 +147,17 @@ impl ServerProcess {
 
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let probe = Bearer::new("probe")?;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 bail!("{} exited before it was ready: {status}", self.name);
             }
-            if let Ok((status, _)) =
-                client::once(self.addr, Method::GET, "/readyz", &probe, None).await
-            {
-                if status.is_success() {
-                    return Ok(());
-                }
+            if is_ready(self.addr).await {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 bail!("{} was not ready within {READY_TIMEOUT:?}", self.name);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(READY_POLL_INTERVAL).await;
         }
     }
 
@@ -156,29 +166,115 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// Sends `signal` as `kill` spells it (`-STOP`, `-CONT`, `-TERM`).
+    pub async fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .child
+            .id()
+            .with_context(|| format!("{} has exited", self.name))?;
+        // `kill` is POSIX; this crate forbids the unsafe a direct libc call needs.
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .await
+            .context("running kill")?;
+        anyhow::ensure!(status.success(), "kill {signal} {} failed", self.name);
+        Ok(())
+    }
+
+    /// Stops it as [`ServerProcess::stop`] does, then starts it again the
+    /// same way (same flags, address and database) and waits until it is
+    /// ready; an error if it did not drain in time and had to be killed.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        let drained = self.terminate().await?;
+        anyhow::ensure!(
+            drained,
+            "{} did not drain within {STOP_TIMEOUT:?}; it was killed",
+            self.name
+        );
+        let restarted = Box::pin(Self::launch(self.launch.clone())).await?;
+        *self = restarted;
+        Ok(())
+    }
+
     /// SIGTERM (a graceful drain), then SIGKILL if it takes too long.
     pub async fn stop(mut self) -> anyhow::Result<()> {
-        if let Some(pid) = self.child.id() {
-            // `kill` is POSIX; this crate forbids the unsafe a direct libc call needs.
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
-            Ok(status) => {
-                let status = status?;
-                if !status.success() {
-                    tracing::warn!(name = %self.name, %status, "server exited unsuccessfully");
-                }
-            }
-            Err(_) => {
-                tracing::warn!(name = %self.name, "server did not drain in time; killing it");
-                self.child.kill().await?;
-            }
+        if !self.terminate().await? {
+            tracing::warn!(name = %self.name, "server did not drain in time; killed it");
         }
         Ok(())
     }
+
+    /// SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]; whether it exited by
+    /// itself.
+    async fn terminate(&mut self) -> anyhow::Result<bool> {
+        if self.child.id().is_some() {
+            if let Err(error) = self.signal("-TERM").await {
+                tracing::warn!(name = %self.name, %error, "SIGTERM failed");
+            }
+        }
+        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
+            Ok(status) => {
+                let status: ExitStatus = status?;
+                if !status.success() {
+                    tracing::warn!(name = %self.name, %status, "server exited unsuccessfully");
+                }
+                Ok(true)
+            }
+            Err(_) => {
+                self.child.kill().await?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Whether the server at `addr` answers `GET /readyz` with 200 now.
+pub async fn is_ready(addr: SocketAddr) -> bool {
+    let Ok(probe) = Bearer::new("probe") else {
+        return false;
+    };
+    matches!(
+        client::once(addr, Method::GET, "/readyz", &probe, None).await,
+        Ok((status, _)) if status.is_success()
+    )
+}
+
+/// Spawns the child `launch` describes, without waiting for it.
+fn spawn_child(launch: &Launch) -> anyhow::Result<Child> {
+    let mut command = Command::new(&launch.program);
+    command
+        .args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let default_level = match &launch.terminal {
+        Terminal::Shared => {
+            command.stdout(Stdio::from(std::io::stderr()));
+            "warn"
+        }
+        Terminal::Detached { log } => {
+            let file = File::options()
+                .create(true)
+                .append(true)
+                .open(log)
+                .with_context(|| format!("opening {}", log.display()))?;
+            // A log file is read with a pager or grep: no colour codes.
+            command
+                .stdout(Stdio::from(file.try_clone()?))
+                .stderr(Stdio::from(file))
+                .env("NO_COLOR", "1")
+                .process_group(0);
+            "info"
+        }
+    };
+    command.env(
+        "RUST_LOG",
+        std::env::var("RUST_LOG").unwrap_or_else(|_| default_level.into()),
+    );
+    command
+        .spawn()
+        .with_context(|| format!("starting {}", launch.program.display()))
 }
 
 /// What a dead child's log says about why: from the last line that starts
@@ -218,28 +314,26 @@ fn log_excerpt(path: &Path) -> String {
     excerpt[..end].trim().to_owned()
 }
 
-/// Where the benchmark finds its server binaries.
+/// Where the service binaries are.
 #[derive(Debug, Clone)]
 pub struct Binaries {
+    /// The directory they are in.
+    pub dir: PathBuf,
     /// `region-agent`.
     pub agent: PathBuf,
-    /// `bench-server`.
-    pub server: PathBuf,
-    /// `coordinator` (`compare` starts one for its coordinated rows, `tail` one per policy).
+    /// `coordinator`.
     pub coordinator: PathBuf,
     /// `escrowctl` (never started here; the demo names it for the reader).
     pub escrowctl: PathBuf,
 }
 
-/// The packages `bench` (all but `tail`) runs.
-pub const HOT_PATH_PACKAGES: [&str; 3] = ["region-agent", "coordinator", "bench"];
-/// The packages `bench tail` runs.
+/// The packages a cluster runs.
 pub const CLUSTER_PACKAGES: [&str; 2] = ["coordinator", "region-agent"];
 
 impl Binaries {
-    /// The binaries next to the running `bench` executable (the same
-    /// target directory and profile; a test's executable sits one level
-    /// lower, in `deps/`), or in `dir` if given.
+    /// The binaries next to the running executable (the same target
+    /// directory and profile; a test's executable sits one level lower,
+    /// in `deps/`), or in `dir` if given.
     pub fn locate(dir: Option<&Path>) -> anyhow::Result<Self> {
         let dir = match dir {
             Some(dir) => dir.to_owned(),
@@ -256,9 +350,9 @@ impl Binaries {
         };
         Ok(Self {
             agent: dir.join("region-agent"),
-            server: dir.join("bench-server"),
             coordinator: dir.join("coordinator"),
             escrowctl: dir.join("escrowctl"),
+            dir,
         })
     }
 
@@ -269,7 +363,7 @@ impl Binaries {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
-            .context("bench/ sits in the workspace")?;
+            .context("harness/ sits in the workspace")?;
         let mut command = Command::new(cargo);
         command.current_dir(workspace).arg("build");
         for package in packages {
@@ -288,24 +382,23 @@ impl Binaries {
         Ok(())
     }
 
-    /// Fails unless the agent and the baseline server exist.
-    pub fn check(&self) -> anyhow::Result<()> {
-        Self::check_paths(
-            &[&self.agent, &self.server, &self.coordinator],
-            &HOT_PATH_PACKAGES,
-        )
-    }
-
     /// Fails unless the coordinator and the agent exist.
     pub fn check_cluster(&self) -> anyhow::Result<()> {
-        Self::check_paths(&[&self.coordinator, &self.agent], &CLUSTER_PACKAGES)
+        Self::check(&[&self.coordinator, &self.agent], &CLUSTER_PACKAGES)
     }
 
-    fn check_paths(paths: &[&Path], packages: &[&str]) -> anyhow::Result<()> {
+    /// Fails unless every one of `paths` exists, naming the `packages`
+    /// that build them.
+    pub fn check(paths: &[&Path], packages: &[&str]) -> anyhow::Result<()> {
+        let profile = if cfg!(debug_assertions) {
+            ""
+        } else {
+            "--release "
+        };
         for path in paths {
             anyhow::ensure!(
                 path.is_file(),
-                "{} not found; build with `cargo build --release -p {}`",
+                "{} not found; build with `cargo build {profile}-p {}`",
                 path.display(),
                 packages.join(" -p ")
             );
@@ -322,7 +415,7 @@ mod tests {
     /// backtrace, or by its last lines when it has no error line.
     #[test]
     fn quotes_the_error_of_a_log() {
-        let dir = std::env::temp_dir().join(format!("bench-log-excerpt-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("harness-log-excerpt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("child.log");
         std::fs::write(

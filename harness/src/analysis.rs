@@ -16,10 +16,10 @@
 //! after some buyer was already turned away while units were free: the
 //! later buyer got what the earlier one was refused.
 
-use super::buyers::{BuyerLog, End};
-use super::cluster::Counters;
-use super::sampler::{SkuView, REPORT_LAG_MARGIN_US};
+use crate::crowd::{BuyerLog, End};
+use crate::metrics::Counters;
 use crate::outcome::{Outcome, Tally};
+use crate::sampler::{SkuView, REPORT_LAG_MARGIN_US};
 
 /// Shares of the units whose time to be held the table shows.
 pub const HELD_SHARES: [f64; 4] = [0.5, 0.9, 0.99, 1.0];
@@ -319,7 +319,7 @@ pub fn analyse(logs: &[BuyerLog], samples: &[SkuView], totals: &Totals) -> TailS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tail::sampler::RegionView;
+    use crate::sampler::RegionView;
 
     fn view(at_us: i64, reports_us: i64, available: i64, held: i64) -> SkuView {
         SkuView {

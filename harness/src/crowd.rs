@@ -16,11 +16,12 @@
 //! A buyer whose arrival says so pays for its hold: after its delay it
 //! confirms it (`POST .../confirm`, retried like a reserve). The crowd's
 //! answers so far, and how long its holds took, can be watched
-//! through a [`Progress`].
+//! through a [`Progress`]; every reserve and its answer, as they come,
+//! through a [`Witness`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -28,18 +29,16 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::sampler::Origin;
-use super::shape::{Arrival, Patience, Sale};
-use super::SKU;
 use crate::client::{Answer, Bearer, Conn};
 use crate::outcome::{Outcome, Tally};
-use crate::TENANT_KEY;
+use crate::sampler::Origin;
+use crate::shape::{Arrival, Patience};
 
 /// Most requests in flight `--in-flight` accepts.
 pub const IN_FLIGHT_MAX: usize = 10_000;
 
 /// Where and how the crowd buys.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Crowd {
     /// One agent per region, in the sale's region order.
     pub agents: Vec<SocketAddr>,
@@ -47,8 +46,36 @@ pub struct Crowd {
     pub in_flight: usize,
     /// Makes the run's request keys unique.
     pub run_id: String,
+    /// The buyers' API key.
+    pub tenant_key: String,
+    /// The SKU they buy.
+    pub sku: String,
     /// Where the crowd's answers are counted as they come, if anyone watches.
     pub progress: Option<Arc<Progress>>,
+    /// Who is told of every reserve and its answer, if anyone.
+    pub witness: Option<Arc<dyn Witness>>,
+}
+
+/// Told of every reserve a buyer sends, as its answer comes: a test's
+/// history of requests, to check afterwards.
+pub trait Witness: Send + Sync {
+    /// One more reserve, answered (or not) just now.
+    fn reserve(&self, reserve: &Reserve<'_>);
+}
+
+/// One reserve a buyer sent, and what came back.
+#[derive(Debug, Clone, Copy)]
+pub struct Reserve<'a> {
+    /// Index of the region whose agent it was sent to.
+    pub region: usize,
+    /// Its request key.
+    pub key: &'a str,
+    /// When it left.
+    pub sent: Instant,
+    /// When its answer came, or its connection failed.
+    pub answered: Instant,
+    /// The answer; `None`: the connection failed.
+    pub answer: Option<&'a Answer>,
 }
 
 /// Longest hold wait [`RegionProgress`] tells apart, µs; a longer one
@@ -238,7 +265,9 @@ struct Shared {
     bearer: Bearer,
     origin: Origin,
     run_id: String,
+    sku: String,
     progress: Option<Arc<Progress>>,
+    witness: Option<Arc<dyn Witness>>,
 }
 
 impl Shared {
@@ -249,17 +278,19 @@ impl Shared {
     }
 }
 
-/// Runs the sale's crowd from `origin` (the sale's start) until every
+/// Runs the crowd of `arrivals` (in arrival order, each with the
+/// `patience` it names) from `origin` (the sale's start) until every
 /// buyer's story has ended; one log per buyer, in arrival order. Dropping
 /// the future stops every buyer.
-pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Vec<BuyerLog>> {
+pub async fn run(
+    crowd: Crowd,
+    arrivals: &[Arrival],
+    patience: &[Patience],
+    origin: Origin,
+) -> anyhow::Result<Vec<BuyerLog>> {
     anyhow::ensure!(
         (1..=IN_FLIGHT_MAX).contains(&crowd.in_flight),
         "--in-flight must be 1..={IN_FLIGHT_MAX}"
-    );
-    anyhow::ensure!(
-        crowd.agents.len() == sale.regions.len(),
-        "one agent per region"
     );
     let shared = Arc::new(Shared {
         pools: crowd
@@ -271,19 +302,20 @@ pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
                 in_flight: Semaphore::new(crowd.in_flight),
             })
             .collect(),
-        bearer: Bearer::new(TENANT_KEY)?,
+        bearer: Bearer::new(&crowd.tenant_key)?,
         origin,
         run_id: crowd.run_id,
+        sku: crowd.sku,
         progress: crowd.progress,
+        witness: crowd.witness,
     });
     let mut tasks = JoinSet::new();
-    for (index, &arrival) in sale.arrivals.iter().enumerate() {
+    for (index, &arrival) in arrivals.iter().enumerate() {
         anyhow::ensure!(
-            usize::from(arrival.region) < sale.regions.len(),
-            "arrival in an unknown region"
+            usize::from(arrival.region) < shared.pools.len(),
+            "arrival in a region without an agent"
         );
-        let patience = *sale
-            .patience
+        let patience = *patience
             .get(usize::from(arrival.patience))
             .context("arrival with an unknown patience")?;
         let at = origin.instant(arrival.at.as_micros() as u64);
@@ -293,7 +325,7 @@ pub async fn run(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
         let shared = shared.clone();
         tasks.spawn(async move { (index, buyer(shared, index, arrival, patience).await) });
     }
-    let mut logs: Vec<Option<BuyerLog>> = vec![None; sale.arrivals.len()];
+    let mut logs: Vec<Option<BuyerLog>> = vec![None; arrivals.len()];
     while let Some(done) = tasks.join_next().await {
         let (index, log) = done.context("buyer task panicked")?;
         logs[index] = Some(log);
@@ -323,8 +355,8 @@ async fn buyer(
 ) -> BuyerLog {
     let key = request_key(&shared.run_id, index);
     let body = Bytes::from(format!(
-        r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{SKU}","qty":{}}}"#,
-        arrival.qty
+        r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{}","qty":{}}}"#,
+        shared.sku, arrival.qty
     ));
     let pool = &shared.pools[usize::from(arrival.region)];
     shared.progress(arrival.region, |p| p.arrived += 1);
@@ -333,13 +365,23 @@ async fn buyer(
     let mut retries = 0u32;
     let (end, ended_us) = loop {
         let permit = pool.in_flight.acquire().await;
-        let sent_us = shared.origin.now_us();
-        let first = *first_sent_us.get_or_insert(sent_us);
+        let sent = Instant::now();
+        let first = *first_sent_us.get_or_insert(shared.origin.us(sent));
         let answer = pool
             .post("/v1/reservations", &shared.bearer, Some(body.clone()))
             .await;
         drop(permit);
-        let now_us = shared.origin.now_us();
+        let answered = Instant::now();
+        if let Some(witness) = &shared.witness {
+            witness.reserve(&Reserve {
+                region: usize::from(arrival.region),
+                key: &key,
+                sent,
+                answered,
+                answer: answer.as_ref(),
+            });
+        }
+        let now_us = shared.origin.us(answered);
         let (outcome, retry_after) = match &answer {
             Some(a) => (Outcome::of_reserve(a.status, &a.body), a.retry_after),
             None => (Outcome::Transport, None),
@@ -360,11 +402,7 @@ async fn buyer(
             | Outcome::Transport => outcome,
             other => break (End::Refused(other), now_us),
         };
-        let wait = if patience.fixed_wait {
-            patience.wait
-        } else {
-            retry_after.unwrap_or(patience.wait)
-        };
+        let wait = wait_before_retry(patience, retry_after);
         let retry_at_us =
             now_us.saturating_add(i64::try_from(wait.as_micros()).unwrap_or(i64::MAX));
         let retrying_for = Duration::from_micros(u64::try_from(retry_at_us - first).unwrap_or(0));
@@ -417,6 +455,16 @@ async fn buyer(
     }
 }
 
+/// How long a buyer of `patience` waits before it sends again, after an
+/// answer that asked for `retry_after` (if it did).
+fn wait_before_retry(patience: Patience, retry_after: Option<Duration>) -> Duration {
+    if patience.fixed_wait {
+        patience.wait
+    } else {
+        retry_after.unwrap_or(patience.wait)
+    }
+}
+
 /// Confirms the hold of request `key`, retrying a 503 (or a lost answer)
 /// as a reserve is retried, for at most the buyer's retrying time; the
 /// last answer.
@@ -441,7 +489,7 @@ async fn pay(shared: &Shared, pool: &Pool, key: &str, patience: Patience) -> Out
         ) {
             return outcome;
         }
-        let wait = retry_after.unwrap_or(patience.wait);
+        let wait = wait_before_retry(patience, retry_after);
         let retrying_for_us = shared.origin.now_us() - first;
         if Duration::from_micros(u64::try_from(retrying_for_us).unwrap_or(0)) + wait
             > patience.retrying_max

@@ -18,9 +18,9 @@ use hyper::Method;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::SKU;
 use crate::client::{Bearer, Conn};
-use crate::{ADMIN_TOKEN, TENANT};
+use crate::cluster::Credentials;
+use crate::sale::SKU;
 
 /// How often the view is sampled during a sale.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
@@ -159,9 +159,26 @@ impl SkuView {
     }
 }
 
-async fn read_view(conn: &mut Conn, admin: &Bearer, origin: &Origin) -> anyhow::Result<SkuView> {
-    let path = format!("/v1/admin/skus/{TENANT}/{SKU}");
-    let (status, body) = conn.send(Method::GET, &path, admin, None).await?;
+/// Where the view is read, and with what token.
+struct Source {
+    coordinator: SocketAddr,
+    admin: Bearer,
+    path: String,
+}
+
+impl Source {
+    fn new(coordinator: SocketAddr, credentials: &Credentials) -> anyhow::Result<Self> {
+        Ok(Self {
+            coordinator,
+            admin: Bearer::new(&credentials.admin_token)?,
+            path: format!("/v1/admin/skus/{}/{SKU}", credentials.tenant),
+        })
+    }
+}
+
+async fn read_view(conn: &mut Conn, source: &Source, origin: &Origin) -> anyhow::Result<SkuView> {
+    let path = &source.path;
+    let (status, body) = conn.send(Method::GET, path, &source.admin, None).await?;
     let at_us = origin.now_us();
     anyhow::ensure!(status.is_success(), "GET {path} answered {status}");
     let json: serde_json::Value = serde_json::from_slice(&body)?;
@@ -169,9 +186,14 @@ async fn read_view(conn: &mut Conn, admin: &Bearer, origin: &Origin) -> anyhow::
 }
 
 /// The view now, on a fresh connection.
-pub async fn sku_view(coordinator: SocketAddr, origin: Origin) -> anyhow::Result<SkuView> {
+pub async fn sku_view(
+    coordinator: SocketAddr,
+    credentials: &Credentials,
+    origin: Origin,
+) -> anyhow::Result<SkuView> {
+    let source = Source::new(coordinator, credentials)?;
     let mut conn = Conn::connect(coordinator).await?;
-    read_view(&mut conn, &Bearer::new(ADMIN_TOKEN)?, &origin).await
+    read_view(&mut conn, &source, &origin).await
 }
 
 /// A sampler running in the background.
@@ -183,14 +205,16 @@ pub struct Sampling {
 
 /// Starts sampling the view every [`SAMPLE_INTERVAL`] on one keep-alive
 /// connection; a failed sample is skipped (and the connection renewed).
-pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
+pub fn start(
+    coordinator: SocketAddr,
+    credentials: &Credentials,
+    origin: Origin,
+) -> anyhow::Result<Sampling> {
+    let source = Source::new(coordinator, credentials)?;
     let (stop, mut stopped) = watch::channel(false);
     let (latest_sender, latest) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut samples = Vec::new();
-        let Ok(admin) = Bearer::new(ADMIN_TOKEN) else {
-            return samples;
-        };
         let mut conn: Option<Conn> = None;
         let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -200,12 +224,12 @@ pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
                 _ = stopped.changed() => break,
             }
             if conn.is_none() {
-                conn = Conn::connect(coordinator).await.ok();
+                conn = Conn::connect(source.coordinator).await.ok();
             }
             let Some(live) = conn.as_mut() else {
                 continue;
             };
-            match read_view(live, &admin, &origin).await {
+            match read_view(live, &source, &origin).await {
                 Ok(view) => {
                     latest_sender.send_replace(Some(view.clone()));
                     samples.push(view);
@@ -218,7 +242,7 @@ pub fn start(coordinator: SocketAddr, origin: Origin) -> Sampling {
         }
         samples
     });
-    Sampling { stop, latest, task }
+    Ok(Sampling { stop, latest, task })
 }
 
 impl Sampling {
