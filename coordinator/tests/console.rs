@@ -24,6 +24,7 @@ use common::*;
 use fantoccini::elements::Element;
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
+use harness::cluster::AgentPlan;
 use hyper_util::client::legacy::connect::HttpConnector;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -197,45 +198,31 @@ async fn an_admin_runs_a_sale(db: TestDb, chromium: PathBuf, driver: PathBuf) {
 struct Cluster {
     admin: Api,
     agents: Vec<Api>,
-    _processes: Vec<Proc>,
+    _processes: harness::cluster::Cluster,
     _agent_dbs: Vec<TestDb>,
 }
 
 impl Cluster {
     async fn start(db: &TestDb) -> Self {
-        let port = free_port();
-        let url = format!("http://127.0.0.1:{port}");
-        let tokens: Vec<String> = REGIONS
-            .iter()
-            .map(|r| format!("{r}={}", region_token(r)))
-            .collect();
-        let mut processes = vec![Proc::spawn(
-            service(binary("coordinator"), port, db.url())
-                .args(["--region-token", &tokens.join(",")])
-                .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
-        )];
-        wait_ready(&url).await;
-        let mut agents = Vec::new();
         let mut agent_dbs = Vec::new();
         for region in REGIONS {
-            let agent_db = agent_db(db, region).await;
-            let agent_port = free_port();
-            processes.push(Proc::spawn(
-                service(binary("region-agent"), agent_port, agent_db.url())
-                    .args(["--region", region])
-                    .args(["--coordinator-url", &url])
-                    .args(["--region-token", &region_token(region)])
-                    .args(["--tenant-key", &format!("acme={ACME_KEY}")])
-                    .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
-            ));
-            let agent_url = format!("http://127.0.0.1:{agent_port}");
-            wait_ready(&agent_url).await;
-            agents.push(Api::new(&agent_url));
-            agent_dbs.push(agent_db);
+            agent_dbs.push(agent_db(db, region).await);
         }
+        let agents = REGIONS
+            .iter()
+            .zip(&agent_dbs)
+            .map(|(region, agent_db)| AgentPlan::new(region, agent_db.url()))
+            .collect();
+        let plan = test_support::cluster::plan(db.url(), agents, SYNC_INTERVAL_MS);
+        let processes = harness::cluster::Cluster::launch(plan).await.unwrap();
+        let url = |addr| format!("http://{addr}");
         Self {
-            admin: Api::new(&url),
-            agents,
+            admin: Api::new(&url(processes.coordinator_addr())),
+            agents: processes
+                .agent_addrs()
+                .into_iter()
+                .map(|addr| Api::new(&url(addr)))
+                .collect(),
             _processes: processes,
             _agent_dbs: agent_dbs,
         }

@@ -2,11 +2,12 @@
 //! instead of failing, answers lost on the way back, a coordinator frozen
 //! by its host (SIGSTOP), and an agent's database connections cut under
 //! load. The coordinator and the agents run as their real binaries
-//! (`cargo build --workspace --bins` first), each agent reaching the
-//! coordinator through a [`Proxy`] the test controls. Every buyer's request
-//! is recorded in a [`History`] and checked afterwards: answered in time,
-//! no acknowledged hold lost, no unit held twice, no HELD after a SOLD_OUT;
-//! and the cross-database audit settles at drift 0.
+//! (`cargo build --workspace --bins` first), started by the harness, each
+//! agent reaching the coordinator through a [`Link`] the test breaks. The
+//! harness's crowd buys, and every buyer's request is recorded in a
+//! [`History`] and checked afterwards: answered in time, no acknowledged
+//! hold lost, no unit held twice, no HELD after a SOLD_OUT; and the
+//! cross-database audit settles at drift 0.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -17,6 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use harness::cluster::{AgentPlan, Route};
+use harness::crowd::{self, request_key, Crowd};
+use harness::link::{Direction, Fault, Link};
+use harness::outcome::Outcome;
+use harness::process::{Env, ServerProcess};
+use harness::sampler::Origin;
+use harness::shape::{Arrival, Patience};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
@@ -24,7 +32,6 @@ use test_support::draw::Draw;
 use test_support::faketime::FakeClock;
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
-use test_support::proxy::{Direction, Fault, Proxy};
 
 coordinator_tests!(
     a_link_that_hangs_pauses_only_what_needs_the_coordinator,
@@ -55,6 +62,11 @@ const BUYERS: [(&str, usize); 2] = [("eu", 400), ("us", 60)];
 const ARRIVALS: Duration = Duration::from_secs(1);
 /// A buyer retries a 503 this often, with the same key.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Requests in flight at once per region: more than any region's buyers,
+/// so every buyer's request is on the wire at once, as browsers' are.
+const IN_FLIGHT: usize = 1_000;
+/// Longest the buyers may take to get their final answers.
+const SALE_WITHIN: Duration = Duration::from_secs(90);
 /// Longest any answer may take: the agent's wait timeout (2 s), with room
 /// for the commit that carries it on a loaded machine. (Before takes gave
 /// up at their buyers' deadline, answers took 4 s.)
@@ -62,51 +74,17 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 /// The agents' and the coordinator's sync interval.
 const SYNC_INTERVAL_MS: u64 = 100;
 
-/// One region: its agent process, its database and its link's proxy.
+/// One region: its database and its agent's API (the harness holds its
+/// process and its link).
 struct Region {
     name: &'static str,
-    proxy: Proxy,
     db: TestDb,
-    port: u16,
     api: Api,
-    agent: Proc,
-    /// The agent's extra environment (a stepped wall clock).
-    env: Env,
-}
-
-/// Environment variables for a child process.
-type Env = Vec<(&'static str, std::ffi::OsString)>;
-
-impl Region {
-    /// The agent's process, linked to the coordinator through the proxy.
-    fn spawn(name: &str, port: u16, db: &TestDb, proxy: &Proxy, env: &Env) -> Proc {
-        Proc::spawn(
-            service(binary("region-agent"), port, db.url())
-                .envs(env.iter().cloned())
-                .args(["--region", name])
-                .args(["--coordinator-url", &proxy.url()])
-                .args(["--region-token", &region_token(name)])
-                .args(["--tenant-key", &format!("acme={ACME_KEY}")])
-                .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
-        )
-    }
-
-    /// Stops the agent with SIGTERM (it drains), then starts it again on
-    /// the same database and port.
-    async fn restart(&mut self) {
-        self.agent.signal("-TERM");
-        eventually("the agent exits", Duration::from_secs(20), async || {
-            self.agent.exited().is_some()
-        })
-        .await;
-        self.agent = Self::spawn(self.name, self.port, &self.db, &self.proxy, &self.env);
-        wait_ready(&self.api.url).await;
-    }
 }
 
 /// A coordinator and two agents, eu and us, as real processes.
 struct Cluster {
-    coordinator: Proc,
+    processes: harness::cluster::Cluster,
     admin: Api,
     regions: Vec<Region>,
 }
@@ -124,41 +102,36 @@ impl Cluster {
         settings: serde_json::Value,
         env: impl Fn(&str) -> Env,
     ) -> Self {
-        let port = free_port();
-        let url = format!("http://127.0.0.1:{port}");
-        let tokens: Vec<String> = BUYERS
-            .iter()
-            .map(|(r, _)| format!("{r}={}", region_token(r)))
-            .collect();
-        let coordinator = Proc::spawn(
-            service(binary("coordinator"), port, db.url())
-                .envs(env("coordinator"))
-                .args(["--region-token", &tokens.join(",")])
-                .args(["--sync-interval-ms", &SYNC_INTERVAL_MS.to_string()]),
-        );
-        wait_ready(&url).await;
-        let mut regions = Vec::new();
+        let mut agent_dbs = Vec::new();
         for (name, _) in BUYERS {
-            let agent_db = agent_db(db, name).await;
-            let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-            let agent_port = free_port();
-            let agent_env = env(name);
-            let agent = Region::spawn(name, agent_port, &agent_db, &proxy, &agent_env);
-            let agent_url = format!("http://127.0.0.1:{agent_port}");
-            wait_ready(&agent_url).await;
-            regions.push(Region {
-                name,
-                proxy,
-                db: agent_db,
-                port: agent_port,
-                api: Api::new(&agent_url),
-                agent,
-                env: agent_env,
-            });
+            agent_dbs.push(agent_db(db, name).await);
         }
+        let agents = BUYERS
+            .iter()
+            .zip(&agent_dbs)
+            .map(|((name, _), agent_db)| AgentPlan {
+                env: env(name),
+                route: Route::Link { rtt_ms: 0 },
+                ..AgentPlan::new(name, agent_db.url())
+            })
+            .collect();
+        let mut plan = test_support::cluster::plan(db.url(), agents, SYNC_INTERVAL_MS);
+        plan.coordinator_env = env("coordinator");
+        let processes = harness::cluster::Cluster::launch(plan).await.unwrap();
+        let url = |addr| format!("http://{addr}");
+        let regions = BUYERS
+            .iter()
+            .zip(agent_dbs)
+            .zip(processes.agent_addrs())
+            .map(|(((name, _), db), addr)| Region {
+                name,
+                db,
+                api: Api::new(&url(addr)),
+            })
+            .collect();
         let cluster = Self {
-            coordinator,
-            admin: Api::new(&url),
+            admin: Api::new(&url(processes.coordinator_addr())),
+            processes,
             regions,
         };
         let weights: serde_json::Map<_, _> = BUYERS
@@ -198,82 +171,97 @@ impl Cluster {
         self.regions.iter().find(|r| r.name == name).unwrap()
     }
 
-    fn region_mut(&mut self, name: &str) -> &mut Region {
-        self.regions.iter_mut().find(|r| r.name == name).unwrap()
+    /// The coordinator's process.
+    fn coordinator(&self) -> &ServerProcess {
+        self.processes.coordinator()
+    }
+
+    /// The agent process of region `name`.
+    fn agent(&self, name: &str) -> &ServerProcess {
+        &self.processes.agent(name).unwrap().process
+    }
+
+    /// The link between region `name`'s agent and the coordinator.
+    fn link(&self, name: &str) -> &Link {
+        self.processes.agent(name).unwrap().link.as_ref().unwrap()
+    }
+
+    /// Stops region `name`'s agent with SIGTERM (it drains), then starts
+    /// it again on the same database and port.
+    async fn restart(&mut self, name: &str) {
+        let agent = self.processes.agent_mut(name).unwrap();
+        agent.process.restart().await.unwrap();
     }
 
     /// Every buyer of every region, arriving within [`ARRIVALS`], each
     /// retrying 503s (and failed connections) until HELD or SOLD_OUT.
     fn sell(&self, history: &Arc<History>) -> impl std::future::Future<Output = ()> + 'static {
-        self.sell_confirming(history, None)
+        let selling = self.sell_confirming(history, false);
+        async move {
+            selling.await;
+        }
     }
 
-    /// [`Self::sell`], where each buyer whose number is even confirms its
-    /// hold at once and puts the confirm's answer (status and the
-    /// reservation's status) in `confirms`.
+    /// [`Self::sell`], where each buyer whose number in its region is
+    /// even confirms its hold at once (if `confirming`); the outcome of
+    /// each confirm, by request key.
     fn sell_confirming(
         &self,
         history: &Arc<History>,
-        confirms: Option<Confirms>,
-    ) -> impl std::future::Future<Output = ()> + 'static {
-        let mut buyers = Vec::new();
+        confirming: bool,
+    ) -> impl std::future::Future<Output = Confirms> + 'static {
         let count: usize = BUYERS.iter().map(|(_, n)| n).sum();
+        let mut arrivals = Vec::new();
         let mut i = 0;
-        for (region, n) in BUYERS {
-            for b in 0..n {
-                let api = self.region(region).api.clone();
-                let history = history.clone();
-                let confirms = confirms.clone().filter(|_| b % 2 == 0);
+        for (region, (_, n)) in BUYERS.iter().enumerate() {
+            for b in 0..*n {
                 // Interleave the regions' arrivals over the window.
                 let at = ARRIVALS * ((i * 7919) % count) as u32 / count as u32;
                 i += 1;
-                buyers.push(tokio::spawn(async move {
-                    tokio::time::sleep(at).await;
-                    let key = format!("{region}-{b}");
-                    loop {
-                        let answer = history.reserve(&api, region, &key, &key, "drop").await;
-                        match answer {
-                            Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
-                                tokio::time::sleep(RETRY_PAUSE).await;
-                            }
-                            Some((StatusCode::CREATED, _)) if confirms.is_some() => {
-                                // A confirm is idempotent: a 503 is retried.
-                                let mut answer = api.action(&key, "confirm").await;
-                                while answer.0 == StatusCode::SERVICE_UNAVAILABLE {
-                                    tokio::time::sleep(RETRY_PAUSE).await;
-                                    answer = api.action(&key, "confirm").await;
-                                }
-                                let (code, body) = answer;
-                                let status = body["status"].as_str().unwrap_or("").to_owned();
-                                confirms
-                                    .unwrap()
-                                    .lock()
-                                    .unwrap()
-                                    .insert(key, (code, status));
-                                return;
-                            }
-                            Some(_) => return,
-                        }
-                    }
-                }));
+                arrivals.push(Arrival {
+                    at,
+                    region: region as u8,
+                    qty: 1,
+                    patience: 0,
+                    pay_after: (confirming && b % 2 == 0).then_some(Duration::ZERO),
+                });
             }
         }
+        arrivals.sort_by_key(|a| a.at);
+        let patience = [Patience {
+            wait: RETRY_PAUSE,
+            fixed_wait: true,
+            retry_sold_out: false,
+            retries_max: None,
+            retrying_max: Duration::MAX,
+        }];
+        let names: Vec<&str> = BUYERS.iter().map(|(name, _)| *name).collect();
+        let crowd = Crowd {
+            agents: self.processes.agent_addrs(),
+            in_flight: IN_FLIGHT,
+            run_id: "buyer".to_owned(),
+            tenant_key: ACME_KEY.to_owned(),
+            sku: "drop".to_owned(),
+            progress: None,
+            witness: Some(history.witness(&names)),
+        };
         let history = history.clone();
         let admin = self.admin.clone();
         async move {
-            let done = tokio::time::timeout(Duration::from_secs(90), async {
-                for b in buyers {
-                    b.await.unwrap();
-                }
-            })
-            .await;
-            if done.is_err() {
+            let run_id = crowd.run_id.clone();
+            let buying = crowd::run(crowd, &arrivals, &patience, Origin::now());
+            let Ok(logs) = tokio::time::timeout(SALE_WITHIN, buying).await else {
                 let view = admin.admin_sku("acme", "drop").await;
                 panic!(
-                    "buyers without a final answer after 90 s; answers so far:\n{}\nthe SKU: {view:#}",
+                    "buyers without a final answer after {SALE_WITHIN:?}; answers so far:\n{}\nthe SKU: {view:#}",
                     history.summary(Duration::ZERO..Duration::MAX)
                 );
-            }
+            };
+            logs.unwrap()
+                .iter()
+                .enumerate()
+                .filter_map(|(index, log)| Some((request_key(&run_id, index), log.paid?)))
+                .collect()
         }
     }
 
@@ -345,9 +333,8 @@ impl Cluster {
     }
 }
 
-/// Each confirming buyer's key, with the confirm's status code and the
-/// reservation's status it answered.
-type Confirms = Arc<std::sync::Mutex<BTreeMap<String, (StatusCode, String)>>>;
+/// Each confirming buyer's key, with the outcome of its confirm.
+type Confirms = BTreeMap<String, Outcome>;
 
 /// Answers of `status` given by `region` while `during` (from the
 /// history's start).
@@ -374,14 +361,13 @@ fn answered(
 async fn a_link_that_hangs_pauses_only_what_needs_the_coordinator(db: TestDb) {
     let cluster = Cluster::start(&db).await;
     let history = Arc::new(History::new());
-    let eu = cluster.region("eu");
-    eu.proxy.set(Fault::BlackHole(Direction::Both));
+    let eu = cluster.link("eu");
+    eu.set(Fault::BlackHole(Direction::Both));
     let heal = {
         let history = history.clone();
-        let cluster_proxy = &eu.proxy;
         async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            cluster_proxy.set(Fault::Pass);
+            eu.set(Fault::Pass);
             history.now()
         }
     };
@@ -414,12 +400,12 @@ async fn a_link_that_hangs_pauses_only_what_needs_the_coordinator(db: TestDb) {
 async fn answers_lost_on_the_way_back_lose_no_unit(db: TestDb) {
     let cluster = Cluster::start(&db).await;
     let history = Arc::new(History::new());
-    let eu = cluster.region("eu");
+    let eu = cluster.link("eu");
     let fault = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        eu.proxy.set(Fault::BlackHole(Direction::Answers));
+        eu.set(Fault::BlackHole(Direction::Answers));
         tokio::time::sleep(Duration::from_secs(3)).await;
-        eu.proxy.set(Fault::Pass);
+        eu.set(Fault::Pass);
     };
     tokio::join!(cluster.sell(&history), fault);
     cluster
@@ -441,9 +427,9 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     let history = Arc::new(History::new());
     let freeze = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        cluster.coordinator.signal("-STOP");
+        cluster.coordinator().signal("-STOP").await.unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        cluster.coordinator.signal("-CONT");
+        cluster.coordinator().signal("-CONT").await.unwrap();
     };
     tokio::join!(cluster.sell(&history), freeze);
     let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
@@ -514,9 +500,9 @@ async fn a_frozen_agent_delays_only_its_own_buyers(db: TestDb) {
     let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
     let freeze = async {
         tokio::time::sleep(frozen.start).await;
-        cluster.region("eu").agent.signal("-STOP");
+        cluster.agent("eu").signal("-STOP").await.unwrap();
         tokio::time::sleep(frozen.end - frozen.start).await;
-        cluster.region("eu").agent.signal("-CONT");
+        cluster.agent("eu").signal("-CONT").await.unwrap();
     };
     tokio::join!(cluster.sell(&history), freeze);
     let us = answered(&history, "us", StatusCode::CREATED, frozen.clone());
@@ -543,7 +529,7 @@ async fn a_rolling_restart_of_the_agents_loses_no_hold(db: TestDb) {
     for name in ["eu", "us"] {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let from = history.now();
-        cluster.region_mut(name).restart().await;
+        cluster.restart(name).await;
         down.push((name.to_owned(), from..history.now()));
     }
     sale.await.unwrap();
@@ -565,14 +551,14 @@ async fn a_rolling_restart_of_the_agents_loses_no_hold(db: TestDb) {
 async fn a_link_that_resets_then_crawls_loses_nothing(db: TestDb) {
     let cluster = Cluster::start(&db).await;
     let history = Arc::new(History::new());
-    let eu = cluster.region("eu");
+    let eu = cluster.link("eu");
     let fault = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        eu.proxy.set(Fault::Reset);
+        eu.set(Fault::Reset);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        eu.proxy.set(Fault::Delay(Duration::from_millis(150)));
+        eu.set(Fault::Delay(Duration::from_millis(150)));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        eu.proxy.set(Fault::Pass);
+        eu.set(Fault::Pass);
     };
     tokio::join!(cluster.sell(&history), fault);
     cluster
@@ -597,16 +583,16 @@ async fn requests_delivered_twice_move_no_unit_twice(db: TestDb) {
     let fault = async {
         tokio::time::sleep(twice.start).await;
         for (region, _) in BUYERS {
-            cluster.region(region).proxy.set(Fault::Duplicate);
+            cluster.link(region).set(Fault::Duplicate);
         }
         tokio::time::sleep(twice.end - twice.start).await;
         for (region, _) in BUYERS {
-            cluster.region(region).proxy.set(Fault::Pass);
+            cluster.link(region).set(Fault::Pass);
         }
     };
     tokio::join!(cluster.sell(&history), fault);
     for (region, _) in BUYERS {
-        let copies = cluster.region(region).proxy.duplicated();
+        let copies = cluster.link(region).duplicated();
         assert!(
             copies > 0,
             "{region}'s requests reached the coordinator twice"
@@ -763,7 +749,7 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
     })
     .await;
     let history = Arc::new(History::new());
-    let confirms = Confirms::default();
+
     const HOUR_S: i64 = 3_600;
     let steps = [
         (150, "eu", HOUR_S),
@@ -780,14 +766,10 @@ async fn wall_clocks_stepped_forward_and_back_keep_holds_to_their_ttl(db: TestDb
             clocks[name].set_offset_s(offset_s);
         }
     };
-    tokio::join!(
-        cluster.sell_confirming(&history, Some(confirms.clone())),
-        step
-    );
-    let confirms = confirms.lock().unwrap().clone();
+    let (confirms, ()) = tokio::join!(cluster.sell_confirming(&history, true), step);
     let refused: Vec<_> = confirms
         .iter()
-        .filter(|(_, (code, status))| *code != StatusCode::OK || status != "SOLD")
+        .filter(|(_, outcome)| **outcome != Outcome::Confirmed)
         .collect();
     assert!(
         refused.is_empty(),
@@ -902,18 +884,18 @@ async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db:
         seed_old_reservations(&region.db).await;
     }
     let history = Arc::new(History::new());
-    let eu = cluster.region("eu");
+    let eu = cluster.link("eu");
     let fault = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(clock) = &eu_clock {
             clock.set_offset_s(-3_600);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        eu.proxy.set(Fault::Reset);
+        eu.set(Fault::Reset);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        eu.proxy.set(Fault::Delay(Duration::from_millis(150)));
+        eu.set(Fault::Delay(Duration::from_millis(150)));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        eu.proxy.set(Fault::Pass);
+        eu.set(Fault::Pass);
     };
     let selling = std::sync::atomic::AtomicBool::new(true);
     let prune = async {
@@ -1031,15 +1013,19 @@ async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
         for (at, lasts, fault) in &schedule {
             tokio::time::sleep_until(started + *at).await;
             match *fault {
-                SoakFault::Link(r, f) => cluster.region(r).proxy.set(f),
-                SoakFault::FreezeCoordinator => cluster.coordinator.signal("-STOP"),
-                SoakFault::FreezeAgent(r) => cluster.region(r).agent.signal("-STOP"),
+                SoakFault::Link(r, f) => cluster.link(r).set(f),
+                SoakFault::FreezeCoordinator => {
+                    cluster.coordinator().signal("-STOP").await.unwrap()
+                }
+                SoakFault::FreezeAgent(r) => cluster.agent(r).signal("-STOP").await.unwrap(),
             }
             tokio::time::sleep(*lasts).await;
             match *fault {
-                SoakFault::Link(r, _) => cluster.region(r).proxy.set(Fault::Pass),
-                SoakFault::FreezeCoordinator => cluster.coordinator.signal("-CONT"),
-                SoakFault::FreezeAgent(r) => cluster.region(r).agent.signal("-CONT"),
+                SoakFault::Link(r, _) => cluster.link(r).set(Fault::Pass),
+                SoakFault::FreezeCoordinator => {
+                    cluster.coordinator().signal("-CONT").await.unwrap()
+                }
+                SoakFault::FreezeAgent(r) => cluster.agent(r).signal("-CONT").await.unwrap(),
             }
         }
     };

@@ -9,6 +9,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use harness::process::Env;
+
 /// Where Debian's `libfaketime` package puts the library.
 const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
@@ -45,9 +47,9 @@ impl FakeClock {
     }
 
     /// The environment that makes a child process read its wall clock
-    /// from this one (`Command::envs`).
-    pub fn env(&self) -> Vec<(&'static str, OsString)> {
-        vec![
+    /// from this one.
+    pub fn env(&self) -> Env {
+        [
             ("LD_PRELOAD", self.library.clone().into_os_string()),
             (
                 "FAKETIME_TIMESTAMP_FILE",
@@ -56,6 +58,9 @@ impl FakeClock {
             ("FAKETIME_NO_CACHE", "1".into()),
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
         ]
+        .into_iter()
+        .map(|(name, value): (&str, OsString)| (name.to_owned(), value))
+        .collect()
     }
 
     /// Steps the wall clock to `offset_s` seconds from the real time (the

@@ -16,9 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use harness::crowd::{Reserve, Witness};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -107,23 +108,46 @@ impl History {
         user: &str,
         sku: &str,
     ) -> Option<(StatusCode, Value)> {
-        let sent = self.now();
+        let sent = Instant::now();
         let answer = api.try_reserve(key, user, sku).await.ok();
-        let answered = self.now();
+        let answered = Instant::now();
+        let heard = answer.as_ref().map(|(status, body)| (*status, body));
+        self.record(region, key, sent, answered, heard);
+        answer
+    }
+
+    /// Records one reserve for `key` to `region`'s agent, sent at `sent`
+    /// and answered at `answered` with a status and a JSON body (`None`:
+    /// the transport failed).
+    pub fn record(
+        &self,
+        region: &str,
+        key: &str,
+        sent: Instant,
+        answered: Instant,
+        answer: Option<(StatusCode, &Value)>,
+    ) {
         let outcome = answer
-            .as_ref()
             .and_then(|(_, body)| body["outcome"].as_str())
             .unwrap_or("")
             .to_owned();
         self.ops.lock().unwrap().push(Op {
             region: region.to_owned(),
             key: key.to_owned(),
-            sent,
-            answered,
-            status: answer.as_ref().map(|(status, _)| *status),
+            sent: sent.saturating_duration_since(self.start),
+            answered: answered.saturating_duration_since(self.start),
+            status: answer.map(|(status, _)| status),
             outcome,
         });
-        answer
+    }
+
+    /// A witness for a crowd whose regions are `regions` (by index, in
+    /// the crowd's order): it records every reserve the crowd sends here.
+    pub fn witness(self: &Arc<Self>, regions: &[&str]) -> Arc<dyn Witness> {
+        Arc::new(Recorder {
+            history: self.clone(),
+            regions: regions.iter().map(|r| (*r).to_owned()).collect(),
+        })
     }
 
     /// Every request so far.
@@ -236,5 +260,23 @@ impl History {
             expect.schedule,
             violations.join("\n")
         );
+    }
+}
+
+/// Records a crowd's reserves in a [`History`].
+struct Recorder {
+    history: Arc<History>,
+    regions: Vec<String>,
+}
+
+impl Witness for Recorder {
+    fn reserve(&self, reserve: &Reserve<'_>) {
+        let answer = reserve.answer;
+        let body = answer.map(|a| serde_json::from_slice(&a.body).unwrap_or(Value::Null));
+        let heard = answer.zip(body.as_ref()).map(|(a, body)| (a.status, body));
+        let region = &self.regions[reserve.region];
+        let (sent, answered) = (reserve.sent, reserve.answered);
+        self.history
+            .record(region, reserve.key, sent, answered, heard);
     }
 }

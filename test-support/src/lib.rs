@@ -5,12 +5,14 @@
 //! once: the API client ([`api`]), one test source run on PostgreSQL and
 //! on SQLite ([`backend`]), waiting on a condition with a deadline
 //! ([`poll`]), a service served in the test's process ([`serve`]), child
-//! processes and their sockets ([`process`]), requests written by hand
-//! ([`raw`]), database URLs ([`db`]), capturing what a service logs
-//! ([`log`]), a service's OpenAPI document against its routes
-//! ([`openapi`]), numbers drawn from a seed ([`draw`]), and the fault harness: a proxy that breaks a link on
-//! command ([`proxy`]), a process's wall clock stepped on command
-//! ([`faketime`]), a PostgreSQL server of the test's own
+//! processes and their sockets ([`process`]), a coordinator and its agents
+//! as processes, started by the `harness` crate with the tests'
+//! credentials ([`cluster`]), requests written by hand ([`raw`]), database
+//! URLs ([`db`]), capturing what a service logs ([`log`]), a service's
+//! OpenAPI document against its routes ([`openapi`]), numbers drawn from a
+//! seed ([`draw`]), and the fault harness (besides the harness's links,
+//! which break a connection on command): a process's wall clock stepped
+//! on command ([`faketime`]), a PostgreSQL server of the test's own
 //! ([`pg_server`]), a history of buyers' requests with its checks
 //! ([`history`]); and the one rule for a test whose outside tool is
 //! missing: skip loudly, or fail under `ESCROW_REQUIRE_TOOLS=1`
@@ -21,6 +23,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod cluster;
 pub mod db;
 pub mod draw;
 pub mod faketime;
@@ -30,7 +33,6 @@ pub mod openapi;
 pub mod pg_server;
 pub mod poll;
 pub mod process;
-pub mod proxy;
 pub mod raw;
 pub mod serve;
 pub mod tools;
