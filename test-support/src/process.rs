@@ -3,21 +3,19 @@
 //! conditions rather than on a guessed sleep.
 
 use std::ffi::OsStr;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
 
-use reqwest::StatusCode;
+use harness::process::{free_addr, is_ready, Binaries, READY_TIMEOUT};
 
-use crate::api::{client, ADMIN};
+use crate::api::ADMIN;
 use crate::poll::eventually;
 
 /// A workspace binary built next to the running test
 /// (`cargo build --workspace --bins`).
 pub fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir.join(name);
+    let path = Binaries::locate(None).unwrap().dir.join(name);
     assert!(
         path.exists(),
         "{} missing: run `cargo build --workspace --bins` first",
@@ -39,23 +37,17 @@ pub fn service(program: impl AsRef<OsStr>, port: u16, database_url: &str) -> Com
 
 /// A loopback port free right now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_addr().unwrap().port()
 }
 
-/// Waits until the service at `url` answers `/readyz` with 200.
+/// Waits until the service at `url` (`http://host:port`) answers
+/// `/readyz` with 200.
 pub async fn wait_ready(url: &str) {
-    let c = client();
-    eventually("/readyz", Duration::from_secs(30), async || {
-        c.get(format!("{url}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
-    .await;
+    let addr: SocketAddr = url
+        .strip_prefix("http://")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{url} is not http://host:port"));
+    eventually("/readyz", READY_TIMEOUT, async || is_ready(addr).await).await;
 }
 
 /// A child process, killed on drop. It logs warnings and errors to the
