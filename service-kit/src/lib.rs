@@ -1,14 +1,16 @@
 //! Plumbing the coordinator and the region agent share, so both services
 //! authenticate, log, export metrics, shut down, open their database
 //! ([`db`]) and write its SQL once for both backends ([`sql`]), serve their
-//! OpenAPI document ([`openapi`]) and bound their retention window
-//! ([`retention`]) the same way.
+//! OpenAPI document ([`openapi`]), bound their retention window
+//! ([`retention`]) and take the path and stock of the SKU admin API
+//! ([`sku_admin`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
 
 pub mod db;
 pub mod openapi;
 pub mod retention;
+pub mod sku_admin;
 pub mod sql;
 
 use std::sync::OnceLock;

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod bodies;
 pub mod console;
 pub mod error;
+pub mod failures;
 pub mod openapi;
 pub mod region;
 pub mod retention;

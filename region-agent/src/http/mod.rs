@@ -4,6 +4,7 @@ pub mod admin;
 pub mod bodies;
 pub mod buyer;
 pub mod error;
+pub mod failures;
 pub mod json;
 pub mod openapi;
 pub mod ops;
