@@ -44,7 +44,7 @@ fn bad(e: impl ToString) -> ApiError {
 }
 
 /// Admin routes answer only the admin token.
-fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if state.auth().is_admin(headers) {
         Ok(())
     } else {
