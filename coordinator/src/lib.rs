@@ -14,16 +14,19 @@ pub mod notices;
 pub mod policies;
 pub mod store;
 
-use std::future::Future;
+use std::io;
 use std::sync::Arc;
 
-use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
+use service_kit::Shutdown;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
 use crate::policies::Policies;
 use crate::store::Store;
+
+/// The HTTP router of a coordinator.
+pub use http::router as app;
 
 /// Shared state of a running coordinator; cheap to clone.
 #[derive(Clone)]
@@ -70,19 +73,12 @@ impl AppState {
     }
 }
 
-/// The HTTP router of a coordinator.
-pub fn app(state: AppState) -> Router {
-    http::router(state)
-}
-
 /// Serves `state` on `listener` until `shutdown` resolves, finishing every
 /// in-flight request.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    shutdown: impl Shutdown,
+) -> io::Result<()> {
+    service_kit::serve(listener, app(state), shutdown).await
 }

@@ -1,10 +1,11 @@
 //! The region API driven by hand, without an agent, on both backends: an
 //! older agent process is fenced, an older report never overwrites a newer
-//! one, and a take applies once however often it is sent. These are the
-//! conditional writes each backend must judge the same way. A request
-//! stuck behind a lock is answered 503 OVERLOADED (the coordinator's
-//! request timeout is shorter than the agents' client timeout) and
-//! commits nothing.
+//! one, a take applies once however often it is sent, and a SKU's part of
+//! a sync applies whole or not at all. These are the conditional writes
+//! each backend must judge the same way. A request stuck behind a lock is
+//! answered 503 OVERLOADED (the coordinator's request timeout is shorter
+//! than the agents' client timeout) and commits nothing. A region's token
+//! acts for its own region only.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -21,6 +22,8 @@ coordinator_tests!(
     a_report_of_more_units_than_can_exist_is_refused,
     a_take_with_counters_at_their_limit_is_answered,
     a_watch_answer_carries_the_news,
+    a_region_token_cannot_move_another_regions_quota,
+    a_sync_applies_whole_or_not_at_all,
 );
 
 /// A sync from eu at (`epoch`, `seq`) reporting `available` units of `drop`.
@@ -280,5 +283,103 @@ async fn a_watch_answer_carries_the_news(db: TestDb) {
         "the watch wrote nothing"
     );
     admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a region's token cannot act for another region (403) and an
+/// unknown token is 401; nothing moves.
+async fn a_region_token_cannot_move_another_regions_quota(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let before = admin.admin_sku("acme", "drop").await;
+    let take = json!({"id": "t-evil", "tenant": "acme", "sku": "drop", "units": 5});
+    let sync = json!({"epoch": 1, "seq": 1, "rtt_ms": 0, "skus": [], "acks": [], "returns": [
+        {"id": "r-evil", "tenant": "acme", "sku": "drop", "units": 5}]});
+    let c = client();
+    for (path, body) in [("take", &take), ("sync", &sync)] {
+        let r = c
+            .post(format!("{}/v1/regions/us/{path}", coord.url))
+            .bearer_auth(region_token("eu"))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{path}");
+        let r = c
+            .post(format!("{}/v1/regions/us/{path}", coord.url))
+            .bearer_auth("nobody")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let r = c
+        .get(format!("{}/v1/admin/audit", coord.url))
+        .bearer_auth(region_token("eu"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let after = admin.admin_sku("acme", "drop").await;
+    assert_eq!(before, after, "nothing moved");
+    admin.assert_no_drift().await;
+    coord.stop().await;
+}
+
+/// Goal: a SKU's part of a sync is applied whole or not at all: returns
+/// beyond the lease, or under an id another transfer holds, are refused
+/// (400) with nothing of the SKU moved; a good one moves its units once,
+/// and its replay moves nothing.
+async fn a_sync_applies_whole_or_not_at_all(db: TestDb) {
+    let (coord, admin) = Coord::with_drop(&db).await;
+    let c = client();
+    let sync = async |seq: u64, acks: Value, returns: Value| {
+        let body = json!({"epoch": 1, "seq": seq, "rtt_ms": 0, "skus": [], "acks": acks, "returns": returns});
+        let r = c
+            .post(format!("{}/v1/regions/eu/sync", coord.url))
+            .bearer_auth(region_token("eu"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    let ret = |id: &Value, units: u64| json!([{"id": id, "tenant": "acme", "sku": "drop", "units": units}]);
+
+    let (status, first) = sync(1, json!([]), json!([])).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let grant = &first["grants"][0];
+    let units = grant["units"].as_u64().unwrap();
+    let acks = json!([grant["id"]]);
+    let before = admin.admin_sku("acme", "drop").await;
+    let (status, body) = sync(2, acks.clone(), ret(&json!("r-1"), units + 1)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = sync(3, acks.clone(), ret(&grant["id"], 1)).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a return may not reuse a grant's id: {body}"
+    );
+    assert_eq!(
+        admin.admin_sku("acme", "drop").await,
+        before,
+        "nothing moved"
+    );
+
+    let (status, applied) = sync(4, acks.clone(), ret(&json!("r-1"), 2)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied["confirmed"], acks);
+    assert_eq!(applied["applied_returns"], json!(["r-1"]));
+    let after = admin.admin_sku("acme", "drop").await;
+    assert_eq!(after["regions"]["eu"]["leased"], units - 2);
+    assert_eq!(after["ledger_drift"], 0);
+    let (status, again) = sync(4, acks, ret(&json!("r-1"), 2)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["applied_returns"], json!(["r-1"]));
+    assert_eq!(
+        admin.admin_sku("acme", "drop").await,
+        after,
+        "a replayed sync moves nothing"
+    );
     coord.stop().await;
 }

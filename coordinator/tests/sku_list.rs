@@ -43,20 +43,8 @@ async fn pages(admin: &Api, path: &str, limit: u32) -> Vec<(Vec<String>, Value)>
         };
         let (status, page) = admin.admin_get(&query).await;
         assert_eq!(status, StatusCode::OK, "{query}: {page}");
-        let ids = page["skus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}/{}",
-                    s["tenant"].as_str().unwrap(),
-                    s["sku"].as_str().unwrap()
-                )
-            })
-            .collect();
         let next = page["next"].clone();
-        out.push((ids, next.clone()));
+        out.push((test_support::api::page_ids(&page), next.clone()));
         match next {
             Value::Null => return out,
             Value::String(next) => after = Some(next),

@@ -62,33 +62,17 @@ impl Ledger {
 
     /// Moves `units` from available to held (a new reservation).
     pub fn hold(&mut self, units: u64) -> Result<(), LedgerError> {
-        self.assert_balanced();
-        if self.available < units {
-            return Err(LedgerError::InsufficientAvailable {
-                available: self.available,
-                asked: units,
-            });
-        }
-        self.available -= units;
-        self.held += units;
-        self.assert_balanced();
-        Ok(())
+        self.shift(units, Counter::Available, Counter::Held)
     }
 
     /// Moves `units` from held to sold (a confirmation).
     pub fn sell(&mut self, units: u64) -> Result<(), LedgerError> {
-        self.take_held(units)?;
-        self.sold += units;
-        self.assert_balanced();
-        Ok(())
+        self.shift(units, Counter::Held, Counter::Sold)
     }
 
     /// Moves `units` from held back to available (a release or an expiry).
     pub fn unhold(&mut self, units: u64) -> Result<(), LedgerError> {
-        self.take_held(units)?;
-        self.available += units;
-        self.assert_balanced();
-        Ok(())
+        self.shift(units, Counter::Held, Counter::Available)
     }
 
     /// Adds `units` of new quota to available.
@@ -101,30 +85,53 @@ impl Ledger {
 
     /// Gives `units` of available quota back (lower the total, or return to the pool).
     pub fn return_units(&mut self, units: u64) -> Result<(), LedgerError> {
+        self.shift(units, Counter::Available, Counter::Returned)
+    }
+
+    /// The one move between counters: `units` out of `from` into `to`,
+    /// refused (nothing changed) if `from` has fewer.
+    fn shift(&mut self, units: u64, from: Counter, to: Counter) -> Result<(), LedgerError> {
         self.assert_balanced();
-        if self.available < units {
-            return Err(LedgerError::InsufficientAvailable {
-                available: self.available,
-                asked: units,
+        let have = *self.counter(from);
+        if have < units {
+            return Err(match from {
+                Counter::Available => LedgerError::InsufficientAvailable {
+                    available: have,
+                    asked: units,
+                },
+                Counter::Held => LedgerError::InsufficientHeld {
+                    held: have,
+                    asked: units,
+                },
+                Counter::Sold | Counter::Returned => {
+                    unreachable!("units never move out of {from:?}")
+                }
             });
         }
-        self.available -= units;
-        self.returned += units;
+        *self.counter(from) -= units;
+        *self.counter(to) += units;
         self.assert_balanced();
         Ok(())
     }
 
-    fn take_held(&mut self, units: u64) -> Result<(), LedgerError> {
-        self.assert_balanced();
-        if self.held < units {
-            return Err(LedgerError::InsufficientHeld {
-                held: self.held,
-                asked: units,
-            });
+    fn counter(&mut self, counter: Counter) -> &mut u64 {
+        match counter {
+            Counter::Available => &mut self.available,
+            Counter::Held => &mut self.held,
+            Counter::Sold => &mut self.sold,
+            Counter::Returned => &mut self.returned,
         }
-        self.held -= units;
-        Ok(())
     }
+}
+
+/// The counters units move between; `received` only grows, by
+/// [`Ledger::receive`].
+#[derive(Debug, Clone, Copy)]
+enum Counter {
+    Available,
+    Held,
+    Sold,
+    Returned,
 }
 
 #[cfg(test)]

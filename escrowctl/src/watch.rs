@@ -283,28 +283,21 @@ pub fn line(s: &Shown) -> String {
     let Some(v) = &s.view else {
         return out;
     };
+    let mode = v.mode.as_deref().unwrap_or("-");
+    let (drift, sold, sales) = (optional(v.drift), v.sold(), rate(s.sales_per_s));
+    let (paused, total, pool, in_transit) = (v.paused, v.total, v.pool, v.in_transit);
     let _ = write!(
         out,
-        " mode {} paused {} total {} pool {} in transit {} drift {} sold {} sales {}",
-        v.mode.as_deref().unwrap_or("-"),
-        v.paused,
-        v.total,
-        v.pool,
-        v.in_transit,
-        optional(v.drift),
-        v.sold(),
-        rate(s.sales_per_s),
+        " mode {mode} paused {paused} total {total} pool {pool} in transit {in_transit} \
+         drift {drift} sold {sold} sales {sales}"
     );
     for (name, r) in &v.regions {
+        let (sale_rate, age) = (rate(r.sale_rate_per_s), report_age(r.report_age_ms));
+        let stale = if r.stale { " STALE" } else { "" };
+        let (available, held, sold) = (r.available, r.held, r.sold);
         let _ = write!(
             out,
-            " | {name} available {} held {} sold {} rate {} report {}{}",
-            r.available,
-            r.held,
-            r.sold,
-            rate(r.sale_rate_per_s),
-            report_age(r.report_age_ms),
-            if r.stale { " STALE" } else { "" },
+            " | {name} available {available} held {held} sold {sold} rate {sale_rate} report {age}{stale}"
         );
     }
     out

@@ -53,9 +53,12 @@ async fn serve(db: &TestDb) -> String {
     url
 }
 
-async fn ctl(url: &str, args: &[&str]) -> Output {
+/// `escrowctl ARGS` with the admin token against `url`, `ARGS` written as
+/// on a command line (no argument here holds a space).
+async fn ctl(url: &str, args: &str) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"));
-    cmd.args(["--url", url, "--token", ADMIN]).args(args);
+    cmd.args(["--url", url, "--token", ADMIN])
+        .args(args.split_whitespace());
     cmd.output().await.unwrap()
 }
 
@@ -63,54 +66,39 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Goal: put, show, pause, resume, add-stock, regions and audit all work
-/// through the CLI, and audit's exit status tells drift and stale reports.
-async fn subcommands_and_audit_exit_status(db: TestDb) {
-    let url = serve(&db).await;
-    let out = ctl(
-        &url,
-        &[
-            "sku",
-            "put",
-            "acme/drop",
-            "--total",
-            "100",
-            "--max-per-user",
-            "2",
-        ],
-    )
-    .await;
+/// Asserts that `out` is a success, showing its stderr if not.
+fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Goal: put, show, pause, resume, add-stock, regions and audit all work
+/// through the CLI, and audit's exit status tells drift and stale reports.
+async fn subcommands_and_audit_exit_status(db: TestDb) {
+    let url = serve(&db).await;
+    let out = ctl(&url, "sku put acme/drop --total 100 --max-per-user 2").await;
+    assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("acme/drop"));
 
-    let out = ctl(&url, &["--json", "sku", "add-stock", "acme/drop", "5"]).await;
+    let out = ctl(&url, "--json sku add-stock acme/drop 5").await;
     assert_eq!(json(&out)["total"], 105);
     // The same add-stock with one key, twice: applied once.
     for _ in 0..2 {
         let out = ctl(
             &url,
-            &[
-                "--json",
-                "--idempotency-key",
-                "restock-7",
-                "sku",
-                "add-stock",
-                "acme/drop",
-                "7",
-            ],
+            "--json --idempotency-key restock-7 sku add-stock acme/drop 7",
         )
         .await;
         assert_eq!(json(&out)["total"], 112);
     }
-    let out = ctl(&url, &["--json", "sku", "pause", "acme/drop"]).await;
+    let out = ctl(&url, "--json sku pause acme/drop").await;
     assert_eq!(json(&out)["paused"], true);
-    let out = ctl(&url, &["--json", "sku", "resume", "acme/drop"]).await;
+    let out = ctl(&url, "--json sku resume acme/drop").await;
     assert_eq!(json(&out)["paused"], false);
-    let out = ctl(&url, &["--json", "sku", "show", "acme/drop"]).await;
+    let out = ctl(&url, "--json sku show acme/drop").await;
     assert_eq!(
         (
             json(&out)["pool"].as_i64(),
@@ -118,10 +106,10 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
         ),
         (Some(112), Some(2))
     );
-    assert!(ctl(&url, &["regions"]).await.status.success());
+    assert!(ctl(&url, "regions").await.status.success());
 
     // All units in the pool, no region: nothing can be stale, drift 0.
-    let out = ctl(&url, &["audit"]).await;
+    let out = ctl(&url, "audit").await;
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -130,20 +118,8 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
     );
 
     // A region with quota in transit that never reported is stale.
-    ctl(
-        &url,
-        &[
-            "sku",
-            "put",
-            "acme/other",
-            "--total",
-            "10",
-            "--regions",
-            "eu=1",
-        ],
-    )
-    .await;
-    let out = ctl(&url, &["audit"]).await;
+    ctl(&url, "sku put acme/other --total 10 --regions eu=1").await;
+    let out = ctl(&url, "audit").await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"));
 
@@ -153,20 +129,14 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
         .await;
     db.execute("UPDATE skus SET total = total + 1 WHERE sku = 'drop'")
         .await;
-    let out = ctl(&url, &["--json", "audit"]).await;
+    let out = ctl(&url, "--json audit").await;
     assert_eq!(out.status.code(), Some(1));
     assert_ne!(json(&out)["drift_total"], 0);
 
     // Errors: bad id, wrong token, unknown SKU exit 2 with a message.
+    assert_eq!(ctl(&url, "sku show nope").await.status.code(), Some(2));
     assert_eq!(
-        ctl(&url, &["sku", "show", "nope"]).await.status.code(),
-        Some(2)
-    );
-    assert_eq!(
-        ctl(&url, &["sku", "show", "acme/missing"])
-            .await
-            .status
-            .code(),
+        ctl(&url, "sku show acme/missing").await.status.code(),
         Some(2)
     );
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"));
@@ -184,88 +154,52 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
 /// reason and changes nothing.
 async fn sku_put_chooses_the_policy(db: TestDb) {
     let url = serve(&db).await;
-    let put = |extra: &'static [&'static str]| {
+    let put = |extra: &str| {
+        let args = format!("--json sku put acme/drop --total 50 {extra}");
         let url = url.clone();
-        async move {
-            let mut args = vec!["--json", "sku", "put", "acme/drop", "--total", "50"];
-            args.extend_from_slice(extra);
-            ctl(&url, &args).await
-        }
+        async move { ctl(&url, &args).await }
     };
-    let out = put(&[]).await;
+    let out = put("").await;
     assert_eq!(
         (&json(&out)["policy"], &json(&out)["policy_is_default"]),
         (&Value::from("tail-merge"), &Value::from(true))
     );
 
-    let out = put(&[
-        "--policy",
-        "refill",
-        "--set",
-        "low_water_s=2.5",
-        "--set",
-        "min_units=4",
-    ])
-    .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    let out = put("--policy refill --set low_water_s=2.5 --set min_units=4").await;
+    assert_success(&out);
+    let shown = json(&ctl(&url, "--json sku show acme/drop").await);
     assert_eq!(shown["policy"], "refill");
     assert_eq!(shown["settings"]["low_water_s"], 2.5);
     assert_eq!(shown["settings"]["min_units"], 4);
 
-    let out = put(&["--policy", "tail-merge", "--set", "refill.refill_s=7"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = put("--policy tail-merge --set refill.refill_s=7").await;
+    assert_success(&out);
     assert_eq!(json(&out)["settings"]["refill"]["refill_s"], 7.0);
 
     for bad in [
-        &["--policy", "fastest"][..],
-        &["--set", "refill.nope=1"][..],
-        &["--set", "merge_fraction=3"][..],
+        "--policy fastest",
+        "--set refill.nope=1",
+        "--set merge_fraction=3",
     ] {
-        let mut args = vec!["sku", "put", "acme/drop", "--total", "50"];
-        args.extend_from_slice(bad);
-        let out = ctl(&url, &args).await;
-        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let out = ctl(&url, &format!("sku put acme/drop --total 50 {bad}")).await;
+        assert_eq!(out.status.code(), Some(2), "{bad}");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("policy"),
-            "{bad:?}: {}",
+            "{bad}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let after = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    let after = json(&ctl(&url, "--json sku show acme/drop").await);
     assert_eq!(after["policy"], "tail-merge");
     assert_eq!(after["settings"]["refill"]["refill_s"], 7.0);
 }
 
 /// The `tenant/sku` of every line of `sku list --json`'s answer.
 fn listed(out: &Output) -> Vec<String> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(out);
     let answer = json(out);
     assert_eq!(answer["next"], Value::Null);
-    answer["skus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            format!(
-                "{}/{}",
-                s["tenant"].as_str().unwrap(),
-                s["sku"].as_str().unwrap()
-            )
-        })
-        .collect()
+    test_support::api::page_ids(&answer)
 }
 
 /// Goal: `sku list` reads pages of `--limit` SKUs until the last, so with
@@ -281,12 +215,12 @@ async fn sku_list_reads_every_page(db: TestDb) {
         ("acme/b", "2"),
         ("acme/d", "4"),
     ] {
-        let out = ctl(&url, &["sku", "put", id, "--total", total]).await;
+        let out = ctl(&url, &format!("sku put {id} --total {total}")).await;
         assert!(out.status.success(), "{id}");
     }
-    ctl(&url, &["sku", "pause", "acme/b"]).await;
+    ctl(&url, "sku pause acme/b").await;
 
-    let out = ctl(&url, &["--json", "sku", "list", "acme", "--limit", "2"]).await;
+    let out = ctl(&url, "--json sku list acme --limit 2").await;
     assert_eq!(listed(&out), ["acme/a", "acme/b", "acme/c", "acme/d"]);
     let skus = json(&out)["skus"].as_array().unwrap().clone();
     assert_eq!(
@@ -297,15 +231,15 @@ async fn sku_list_reads_every_page(db: TestDb) {
     );
     assert_eq!(skus[1]["paused"], true);
 
-    let out = ctl(&url, &["--json", "sku", "list", "--limit", "1"]).await;
+    let out = ctl(&url, "--json sku list --limit 1").await;
     assert_eq!(
         listed(&out),
         ["acme/a", "acme/b", "acme/c", "acme/d", "beta/x"]
     );
-    let out = ctl(&url, &["--json", "sku", "list", "nobody"]).await;
+    let out = ctl(&url, "--json sku list nobody").await;
     assert!(listed(&out).is_empty());
 
-    let out = ctl(&url, &["sku", "list", "beta"]).await;
+    let out = ctl(&url, "sku list beta").await;
     assert!(out.status.success());
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("in transit"), "{table}");
@@ -318,7 +252,7 @@ async fn sku_list_reads_every_page(db: TestDb) {
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .collect();
-    let mode = json(&ctl(&url, &["--json", "sku", "show", "beta/x"]).await)["mode"].clone();
+    let mode = json(&ctl(&url, "--json sku show beta/x").await)["mode"].clone();
     assert_eq!(
         cells,
         [
@@ -337,13 +271,13 @@ async fn sku_list_reads_every_page(db: TestDb) {
     assert!(!table.contains("acme/"), "{table}");
 
     for bad in [
-        &["sku", "list", "--limit", "0"][..],
-        &["sku", "list", "acme", "--limit", "1001"][..],
-        &["sku", "list", "acme/a"][..],
+        "sku list --limit 0",
+        "sku list acme --limit 1001",
+        "sku list acme/a",
     ] {
         let out = ctl(&url, bad).await;
-        assert_eq!(out.status.code(), Some(2), "{bad:?}");
-        assert!(!out.stderr.is_empty(), "{bad:?}");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(!out.stderr.is_empty(), "{bad}");
     }
 }
 
@@ -420,10 +354,10 @@ async fn agent(db: &TestDb, url: &str) -> (Served, TestDb) {
 }
 
 /// `escrowctl ARGS` against `url`, its stdout read line by line.
-fn watch(url: &str, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+fn watch(url: &str, args: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_escrowctl"))
         .args(["--url", url, "--token", ADMIN])
-        .args(args)
+        .args(args.split_whitespace())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -448,30 +382,14 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
 /// polls; an unknown SKU ends the watch with exit status 2 and the answer.
 async fn sku_watch_follows_a_sale(db: TestDb) {
     let url = serve(&db).await;
-    let out = ctl(
-        &url,
-        &[
-            "sku",
-            "put",
-            "acme/drop",
-            "--total",
-            "100",
-            "--regions",
-            "eu=1",
-        ],
-    )
-    .await;
+    let out = ctl(&url, "sku put acme/drop --total 100 --regions eu=1").await;
     assert!(out.status.success());
 
-    let out = ctl(&url, &["sku", "watch", "acme/drop", "--plain", "--once"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ctl(&url, "sku watch acme/drop --plain --once").await;
+    assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
-    let shown = json(&ctl(&url, &["--json", "sku", "show", "acme/drop"]).await);
+    let shown = json(&ctl(&url, "--json sku show acme/drop").await);
     for part in [
         "acme/drop".to_owned(),
         format!("mode {}", shown["mode"].as_str().unwrap()),
@@ -485,11 +403,7 @@ async fn sku_watch_follows_a_sale(db: TestDb) {
     }
 
     // With --json, the coordinator's view itself.
-    let out = ctl(
-        &url,
-        &["--json", "sku", "watch", "acme/drop", "--plain", "--once"],
-    )
-    .await;
+    let out = ctl(&url, "--json sku watch acme/drop --plain --once").await;
     assert_eq!(json(&out)["pool"], shown["pool"]);
 
     let (agent, _agent_db) = agent(&db, &url).await;
@@ -504,17 +418,7 @@ async fn sku_watch_follows_a_sale(db: TestDb) {
         },
     )
     .await;
-    let (mut child, mut lines) = watch(
-        &url,
-        &[
-            "sku",
-            "watch",
-            "acme/drop",
-            "--plain",
-            "--interval-ms",
-            "100",
-        ],
-    );
+    let (mut child, mut lines) = watch(&url, "sku watch acme/drop --plain --interval-ms 100");
     let first = next_line(&mut lines).await;
     for i in 0..3 {
         let key = format!("order-{i}");
@@ -525,7 +429,7 @@ async fn sku_watch_follows_a_sale(db: TestDb) {
         let (status, body) = buyer.action(&key, "confirm").await;
         assert_eq!(status, StatusCode::OK, "{body}");
     }
-    assert!(ctl(&url, &["sku", "add-stock", "acme/drop", "5"])
+    assert!(ctl(&url, "sku add-stock acme/drop 5")
         .await
         .status
         .success());
@@ -551,7 +455,7 @@ async fn sku_watch_follows_a_sale(db: TestDb) {
         "{seen:#?}"
     );
 
-    let out = ctl(&url, &["sku", "watch", "acme/missing", "--plain"]).await;
+    let out = ctl(&url, "sku watch acme/missing --plain").await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_SKU"),
@@ -567,17 +471,7 @@ async fn sku_watch_follows_a_sale(db: TestDb) {
 #[tokio::test]
 async fn sku_watch_keeps_retrying_an_unreachable_coordinator() {
     let closed = format!("http://127.0.0.1:{}", test_support::free_port());
-    let (mut child, mut lines) = watch(
-        &closed,
-        &[
-            "sku",
-            "watch",
-            "acme/drop",
-            "--plain",
-            "--interval-ms",
-            "100",
-        ],
-    );
+    let (mut child, mut lines) = watch(&closed, "sku watch acme/drop --plain --interval-ms 100");
     for _ in 0..3 {
         let line = next_line(&mut lines).await;
         assert!(line.contains("coordinator unreachable"), "{line}");
@@ -591,7 +485,7 @@ async fn sku_watch_keeps_retrying_an_unreachable_coordinator() {
         .unwrap();
     assert!(status.success(), "{status}");
 
-    let out = ctl(&closed, &["sku", "watch", "acme/drop", "--once"]).await;
+    let out = ctl(&closed, "sku watch acme/drop --once").await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("coordinator unreachable"));
 }
@@ -600,21 +494,9 @@ async fn sku_watch_keeps_retrying_an_unreachable_coordinator() {
 /// says how much; a window under a minute exits 2 with the reason.
 async fn prune_reports_what_it_deleted(db: TestDb) {
     let url = serve(&db).await;
-    let out = ctl(
-        &url,
-        &[
-            "--idempotency-key",
-            "k1",
-            "sku",
-            "put",
-            "acme/drop",
-            "--total",
-            "5",
-        ],
-    )
-    .await;
+    let out = ctl(&url, "--idempotency-key k1 sku put acme/drop --total 5").await;
     assert!(out.status.success(), "{out:?}");
-    let out = ctl(&url, &["prune", "--older-than-s", "3600"]).await;
+    let out = ctl(&url, "prune --older-than-s 3600").await;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
@@ -629,9 +511,9 @@ async fn prune_reports_what_it_deleted(db: TestDb) {
         }
     };
     db.execute(age).await;
-    let out = ctl(&url, &["--json", "prune", "--older-than-s", "3600"]).await;
+    let out = ctl(&url, "--json prune --older-than-s 3600").await;
     assert_eq!(json(&out)["admin_keys"], 1);
-    let out = ctl(&url, &["prune", "--older-than-s", "5"]).await;
+    let out = ctl(&url, "prune --older-than-s 5").await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("older_than_s"));
 }

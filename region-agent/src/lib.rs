@@ -26,11 +26,11 @@ pub mod state;
 pub mod store;
 pub mod sync;
 
-use std::future::Future;
+use std::io;
 use std::sync::Arc;
 
-use axum::Router;
 use escrow_core::RegionName;
+use service_kit::Shutdown;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
@@ -44,6 +44,8 @@ use crate::registry::Registry;
 use crate::state::Parts;
 use crate::store::{Store, StoreError};
 
+/// The HTTP router of an agent.
+pub use http::router as app;
 pub use state::AppState;
 
 /// What an agent needs besides its store and clock.
@@ -157,22 +159,14 @@ pub async fn start(
     Ok(state)
 }
 
-/// The HTTP router of an agent.
-pub fn app(state: AppState) -> Router {
-    http::router(state)
-}
-
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting, finishes every in-flight request and drains the owners.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let router = app(state.clone());
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    shutdown: impl Shutdown,
+) -> io::Result<()> {
+    service_kit::serve(listener, app(state.clone()), shutdown).await?;
     // The sync loop first: it may start owners, which must be closed after it.
     state.stop_syncing().await;
     for task in state.registry().close() {

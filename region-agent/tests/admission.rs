@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use escrow_core::{Sku, Tenant};
 use region_agent::owner::Limits;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -36,24 +35,9 @@ async fn full_queue_and_wait_timeout_refuse_before_writing(db: TestDb) {
     let api = agent.api();
     api.put_sku("acme", "drop", json!({"total": 10})).await;
 
-    let locker = db.lock_writes().await;
-    let first = tokio::spawn({
-        let api = api.clone();
-        async move { api.reserve("a", "ua", "drop").await }
-    });
-    agent.wait_for_blocked_commit(&db).await;
-    let second = tokio::spawn({
-        let api = api.clone();
-        async move { api.reserve("b", "ub", "drop").await }
-    });
-    let handle = agent
-        .state
-        .registry()
-        .get(
-            &Tenant::parse("acme").unwrap(),
-            &Sku::parse("drop").unwrap(),
-        )
-        .unwrap();
+    let (locker, first) = agent.reserve_held_at_commit(&db, "a", "ua", "drop").await;
+    let second = api.spawn_reserve("b", "ub", "drop");
+    let handle = agent.owner("acme", "drop");
     eventually(
         "the second request is queued",
         Duration::from_secs(10),

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 conformance!(
@@ -19,6 +19,18 @@ conformance!(
 
 async fn rows(db: &TestDb) -> i64 {
     db.int("SELECT count(*) FROM reservations").await
+}
+
+/// An agent selling `drop` (10 units, holds of 60 s) with one hold, `k`,
+/// and the hold's answer.
+async fn agent_with_a_hold(db: &TestDb) -> (TestAgent, Api, Value) {
+    let agent = TestAgent::start(db).await;
+    let api = agent.api();
+    api.put_sku("acme", "drop", json!({"total": 10, "hold_ttl_ms": 60000}))
+        .await;
+    let (status, held) = api.reserve("k", "u", "drop").await;
+    assert_eq!(status, StatusCode::CREATED, "{held}");
+    (agent, api, held)
 }
 
 /// Goal: each malformed reservation request gets 400 BAD_REQUEST with an
@@ -87,9 +99,7 @@ async fn malformed_requests_are_refused_without_writing(db: TestDb) {
     ];
     for (name, body, content_type) in &cases {
         let r = api
-            .client
-            .post(format!("{}/v1/reservations", api.url))
-            .bearer_auth(ACME_KEY)
+            .buyer_request(Method::POST, "/v1/reservations")
             .header("content-type", *content_type)
             .body(body.clone())
             .send()
@@ -108,9 +118,7 @@ async fn malformed_requests_are_refused_without_writing(db: TestDb) {
     }
     // Missing Content-Type entirely.
     let r = api
-        .client
-        .post(format!("{}/v1/reservations", api.url))
-        .bearer_auth(ACME_KEY)
+        .buyer_request(Method::POST, "/v1/reservations")
         .body(ok().to_string())
         .send()
         .await
@@ -118,48 +126,22 @@ async fn malformed_requests_are_refused_without_writing(db: TestDb) {
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // Bad key in the path and a bad extend body.
     assert_eq!(api.get("a%20b").await.0, StatusCode::BAD_REQUEST);
-    let r = api
-        .client
-        .post(format!("{}/v1/reservations/k/extend", api.url))
-        .bearer_auth(ACME_KEY)
-        .json(&json!({"ttl_ms": 10}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let extend = api
+        .buyer_post("/v1/reservations/k/extend", json!({"ttl_ms": 10}))
+        .await;
+    assert_eq!(extend.0, StatusCode::BAD_REQUEST);
     // Admin input.
-    assert_eq!(
-        api.put_sku("acme", "new", json!({"total": -1})).await.0,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        api.put_sku("acme", "new", json!({"total": 1, "max_per_user": 0}))
-            .await
-            .0,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        api.put_sku("acme", "new", json!({"total": 1, "hold_ttl_ms": 5}))
-            .await
-            .0,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        api.put_sku("acme", "new", json!({"total": 1, "regions": {"eu": 1}}))
-            .await
-            .0,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        api.put_sku("acme", "new", json!({"total": 1, "bogus": 1}))
-            .await
-            .0,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        api.put_sku("ac me", "new", json!({"total": 1})).await.0,
-        StatusCode::BAD_REQUEST
-    );
+    for (tenant, body) in [
+        ("acme", json!({"total": -1})),
+        ("acme", json!({"total": 1, "max_per_user": 0})),
+        ("acme", json!({"total": 1, "hold_ttl_ms": 5})),
+        ("acme", json!({"total": 1, "regions": {"eu": 1}})),
+        ("acme", json!({"total": 1, "bogus": 1})),
+        ("ac me", json!({"total": 1})),
+    ] {
+        let (status, answer) = api.put_sku(tenant, "new", body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{tenant} {body}: {answer}");
+    }
 
     assert_eq!(rows(&db).await, 0, "nothing written");
     let s = stored(&db, "drop").await;
@@ -199,13 +181,7 @@ async fn credentials_and_tenant_isolation(db: TestDb) {
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     }
     for path in ["/v1/admin/audit", "/v1/admin/skus/acme/drop"] {
-        let r = api
-            .client
-            .get(url(path))
-            .bearer_auth(ACME_KEY)
-            .send()
-            .await
-            .unwrap();
+        let r = api.buyer_request(Method::GET, path).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
     }
 
@@ -245,21 +221,11 @@ async fn credentials_and_tenant_isolation(db: TestDb) {
 /// Goal: extend works once while HELD, moving expires_at; a second extend,
 /// and confirm or release of missing keys, answer as the contract says.
 async fn extend_once_and_missing_keys(db: TestDb) {
-    let agent = TestAgent::start(&db).await;
-    let api = agent.api();
-    api.put_sku("acme", "drop", json!({"total": 10, "hold_ttl_ms": 60000}))
+    let (agent, api, held) = agent_with_a_hold(&db).await;
+    let (status, extended) = api
+        .buyer_post("/v1/reservations/k/extend", json!({"ttl_ms": 600000}))
         .await;
-    let (_, held) = api.reserve("k", "u", "drop").await;
-    let r = api
-        .client
-        .post(format!("{}/v1/reservations/k/extend", api.url))
-        .bearer_auth(ACME_KEY)
-        .json(&json!({"ttl_ms": 600000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let extended: Value = r.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK);
     assert!(extended["expires_at"].as_str() > held["reservation"]["expires_at"].as_str());
     let (status, again) = api.action("k", "extend").await;
     assert_eq!(
@@ -294,15 +260,9 @@ async fn extend_once_and_missing_keys(db: TestDb) {
 /// optional and nullable) and as a null optional field counts as absent;
 /// it used to be a 400.
 async fn a_null_extend_body_is_no_body(db: TestDb) {
-    let agent = TestAgent::start(&db).await;
-    let api = agent.api();
-    api.put_sku("acme", "drop", json!({"total": 10, "hold_ttl_ms": 60000}))
-        .await;
-    let (_, held) = api.reserve("k", "u", "drop").await;
+    let (agent, api, held) = agent_with_a_hold(&db).await;
     let r = api
-        .client
-        .post(format!("{}/v1/reservations/k/extend", api.url))
-        .bearer_auth(ACME_KEY)
+        .buyer_request(Method::POST, "/v1/reservations/k/extend")
         .header("Content-Type", "application/json")
         .body("null")
         .send()

@@ -286,24 +286,9 @@ async fn units_freed_in_a_batch_serve_its_overflow(db: TestDb) {
     assert_eq!(api.reserve("k0", "u0", "drop").await.0, StatusCode::CREATED);
 
     // Hold the owner on a commit so the next two requests share a batch.
-    let locker = db.lock_writes().await;
-    let blocker = tokio::spawn({
-        let api = api.clone();
-        async move { api.reserve("k9", "u9", "drop").await }
-    });
-    agent.wait_for_blocked_commit(&db).await;
-    let repeat_user = tokio::spawn({
-        let api = api.clone();
-        async move { api.reserve("k1", "u0", "drop").await }
-    });
-    let handle = agent
-        .state
-        .registry()
-        .get(
-            &Tenant::parse("acme").unwrap(),
-            &Sku::parse("drop").unwrap(),
-        )
-        .unwrap();
+    let (locker, blocker) = agent.reserve_held_at_commit(&db, "k9", "u9", "drop").await;
+    let repeat_user = api.spawn_reserve("k1", "u0", "drop");
+    let handle = agent.owner("acme", "drop");
     let capacity = handle.queue.capacity();
     eventually(
         "the first request is queued",
@@ -311,10 +296,7 @@ async fn units_freed_in_a_batch_serve_its_overflow(db: TestDb) {
         async || handle.queue.capacity() < capacity,
     )
     .await;
-    let newcomer = tokio::spawn({
-        let api = api.clone();
-        async move { api.reserve("k2", "u2", "drop").await }
-    });
+    let newcomer = api.spawn_reserve("k2", "u2", "drop");
     eventually("both are queued", Duration::from_secs(10), async || {
         handle.queue.capacity() < capacity - 1
     })

@@ -15,8 +15,8 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use escrow_core::{Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, Transition, UserId};
-use region_agent::store::{Batch, Epoch, NewHold, Store, StoreError};
+use escrow_core::{Qty, RequestKey, Transition, UserId};
+use region_agent::store::{Epoch, NewHold, Store, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
 use test_support::log::Captured;
@@ -229,29 +229,6 @@ async fn an_impossible_order_commits_nothing(db: TestDb) {
 
 fn key(raw: &str) -> RequestKey {
     RequestKey::parse(raw).unwrap()
-}
-
-fn batch_at(now_ms: u64) -> Batch {
-    Batch::new(
-        Tenant::parse("acme").unwrap(),
-        Sku::parse("drop").unwrap(),
-        now_ms,
-    )
-}
-
-/// A store whose region lease is taken, holding SKU acme/drop of `total` units.
-async fn store_with_sku(db: &TestDb, total: u64) -> (Arc<dyn Store>, Epoch) {
-    let (store, _) = open_store(db).await;
-    let epoch = store
-        .take_lease(&RegionName::parse("eu").unwrap())
-        .await
-        .unwrap();
-    let (tenant, sku) = (Tenant::parse("acme").unwrap(), Sku::parse("drop").unwrap());
-    assert!(store
-        .create_sku(epoch, &tenant, &sku, SkuSettings::default(), total)
-        .await
-        .unwrap());
-    (store, epoch)
 }
 
 /// Commits one-unit holds, one user per key, each until its given expiry.

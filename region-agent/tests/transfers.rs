@@ -10,8 +10,7 @@ mod common;
 
 use common::*;
 use escrow_core::protocol::TransferMsg;
-use escrow_core::{RegionName, Sku, SkuSettings, Tenant};
-use region_agent::store::{Batch, StoreError};
+use region_agent::store::StoreError;
 
 conformance!(
     a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row,
@@ -27,29 +26,12 @@ fn transfer(id: &str, units: u64) -> TransferMsg {
     }
 }
 
-fn batch_at(now_ms: u64) -> Batch {
-    Batch::new(
-        Tenant::parse("acme").unwrap(),
-        Sku::parse("drop").unwrap(),
-        now_ms,
-    )
-}
-
 /// Goal: the same grant delivered in three batches (twice in one) adds its
 /// units once; a return leaves available and enters the outbox in the same
 /// commit; the snapshot shows both until the coordinator confirms them,
 /// and counters equal rows throughout.
 async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: TestDb) {
-    let (store, _) = open_store(&db).await;
-    let epoch = store
-        .take_lease(&RegionName::parse("eu").unwrap())
-        .await
-        .unwrap();
-    let (tenant, sku) = (Tenant::parse("acme").unwrap(), Sku::parse("drop").unwrap());
-    assert!(store
-        .create_sku(epoch, &tenant, &sku, SkuSettings::default(), 0)
-        .await
-        .unwrap());
+    let (store, epoch) = store_with_sku(&db, 0).await;
 
     let mut first = batch_at(1_000);
     first.grants = vec![transfer("g1", 30), transfer("g1", 30)];
@@ -100,16 +82,7 @@ async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: T
 /// Goal: a return of more units than are available is refused whole by the
 /// counters' CHECK constraints: no outbox row, no counter moved.
 async fn a_return_beyond_available_commits_nothing(db: TestDb) {
-    let (store, _) = open_store(&db).await;
-    let epoch = store
-        .take_lease(&RegionName::parse("eu").unwrap())
-        .await
-        .unwrap();
-    let (tenant, sku) = (Tenant::parse("acme").unwrap(), Sku::parse("drop").unwrap());
-    store
-        .create_sku(epoch, &tenant, &sku, SkuSettings::default(), 0)
-        .await
-        .unwrap();
+    let (store, epoch) = store_with_sku(&db, 0).await;
     let mut grant = batch_at(1_000);
     grant.grants = vec![transfer("g1", 3)];
     store.commit(epoch, &grant).await.unwrap();

@@ -1,22 +1,29 @@
 //! Plumbing the coordinator and the region agent share, so both services
-//! authenticate, log, export metrics, shut down, open their database
-//! ([`db`]) and write its SQL once for both backends ([`sql`]), serve their
-//! OpenAPI document ([`openapi`]) and bound their retention window
-//! ([`retention`]) the same way.
+//! authenticate, log, export metrics, bound what they take in
+//! ([`intake`]), serve and shut down ([`serve`]), answer operators
+//! ([`ops`]), open their database ([`db`]) and write its SQL once for both
+//! backends ([`sql`]), complete their OpenAPI document ([`openapi`]),
+//! prune a batch at a time ([`retention`]) and take the path and stock of
+//! the SKU admin API ([`sku_admin`]) the same way.
 //!
 //! Nothing here decides anything about stock; that is escrow-core's job.
 
 pub mod db;
+pub mod intake;
 pub mod openapi;
+pub mod ops;
 pub mod primary;
 pub mod retention;
+pub mod sku_admin;
 pub mod sql;
 
+use std::future::Future;
 use std::sync::OnceLock;
 
 use axum::http::{header, HeaderMap};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
 
 /// The token of an `Authorization: Bearer <token>` header, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
@@ -28,6 +35,24 @@ pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
 /// Whether `presented` equals `secret`, in time independent of where they differ.
 pub fn token_matches(secret: &[u8], presented: &[u8]) -> bool {
     bool::from(secret.ct_eq(presented))
+}
+
+/// A future whose end starts a service's graceful shutdown
+/// ([`shutdown_signal`] in production, whatever a test chooses).
+pub trait Shutdown: Future<Output = ()> + Send + 'static {}
+
+impl<F: Future<Output = ()> + Send + 'static> Shutdown for F {}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops
+/// accepting and finishes every request in flight.
+pub async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: impl Shutdown,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Resolves on SIGTERM or Ctrl-C: the start of a graceful drain.

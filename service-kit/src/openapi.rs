@@ -1,8 +1,12 @@
-//! Rendering an OpenAPI document for `GET /openapi.json`, the same way in
-//! both services.
+//! What both services' OpenAPI documents have alike beside their routes'
+//! annotations ([`Completion`]), and rendering a document for
+//! `GET /openapi.json`.
 
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::Modify;
+
+use crate::ops::{add_operations, OperationsDoc};
 
 /// Fields of a Link Object that utoipa 5.5 serializes in snake case
 /// (`operation_id`) where OpenAPI names them in camel case
@@ -14,10 +18,28 @@ const LINK_FIELDS: [(&str, &str); 3] = [
     ("request_body", "requestBody"),
 ];
 
+/// What a service's document says beside its routes' annotations, added
+/// as a modifier (`#[openapi(modifiers(&COMPLETION))]`): its credential
+/// and its operations endpoints.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    /// Which bearer token goes where.
+    pub bearer: &'static str,
+    /// The service's words on its operations endpoints.
+    pub operations: OperationsDoc,
+}
+
+impl Modify for Completion {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        add_bearer(doc, self.bearer);
+        add_operations(doc, &self.operations);
+    }
+}
+
 /// Declares the one kind of credential both services take, a bearer
 /// token, as the security scheme `bearer`; `which` says which token goes
 /// where.
-pub fn add_bearer(doc: &mut utoipa::openapi::OpenApi, which: &str) {
+fn add_bearer(doc: &mut utoipa::openapi::OpenApi, which: &str) {
     let scheme = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
         .description(Some(which))

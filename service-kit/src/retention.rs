@@ -1,6 +1,8 @@
 //! The retention window both services' `POST /v1/admin/prune` take: its
-//! body, its bounds and the batch size; what each service deletes is its
-//! own.
+//! body, its bounds, the batch size and the loop that deletes a batch at a
+//! time; what each service deletes is its own.
+
+use std::future::Future;
 
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -35,5 +37,28 @@ impl PruneBody {
             ));
         }
         Ok(now_ms.saturating_sub(self.older_than_s * 1_000))
+    }
+}
+
+/// Runs `batch` until nothing older than the cut is left, and answers how
+/// many rows of each of its `KINDS` it deleted in all. A batch deletes at
+/// most [`PRUNE_BATCH`] rows of each kind in its own short transaction, so
+/// the service goes on meanwhile, and answers how many of each it deleted:
+/// a batch short of the limit in every kind was the last.
+pub async fn in_batches<const KINDS: usize, E, Batch>(
+    mut batch: impl FnMut() -> Batch,
+) -> Result<[u64; KINDS], E>
+where
+    Batch: Future<Output = Result<[u64; KINDS], E>>,
+{
+    let mut total = [0; KINDS];
+    loop {
+        let deleted = batch().await?;
+        for (sum, rows) in total.iter_mut().zip(deleted) {
+            *sum += rows;
+        }
+        if deleted.iter().all(|rows| *rows < u64::from(PRUNE_BATCH)) {
+            return Ok(total);
+        }
     }
 }

@@ -4,43 +4,29 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
+mod common;
+
+use simulations::scenario::RegionConfig;
 use simulations::{run, Scenario};
 
 /// Two regions of equal weight share 1,000 units (500 each, a static split:
 /// nothing ever moves); 2,200 buyers arrive at a flat rate, 2,000 in `a`
 /// and 200 in `b`, and never retry.
 fn uneven_static_split() -> Scenario {
-    Scenario::parse(
-        "uneven-static",
-        r#"
-name = "uneven-static"
-seed = 1
-[sku]
-total = 1_000
-hold_ttl_ms = 600_000
-[[regions]]
-name = "a"
-weight = 1
-demand = 10.0
-rtt_ms = 1
-[[regions]]
-name = "b"
-weight = 1
-demand = 1.0
-rtt_ms = 1
-[demand]
-buyers = 2_200
-duration_s = 2.0
-base_share = 1.0
-[buyers]
-abandon = 0.0
-release = 0.0
-extend = 0.0
-confirm_delay_ms = [1_000, 1_000]
-retries = 0
-"#,
-    )
-    .unwrap()
+    let mut s = common::by_hand("uneven-static");
+    let a = RegionConfig {
+        demand: 10.0,
+        ..s.regions[0].clone()
+    };
+    let b = RegionConfig {
+        name: "b".into(),
+        demand: 1.0,
+        ..a.clone()
+    };
+    s.regions = vec![a, b];
+    s.demand.buyers = 2_200;
+    s.validate().unwrap();
+    s
 }
 
 fn within_3_percent(what: &str, measured: f64, expected: f64) {
@@ -109,7 +95,7 @@ fn one_machine_sells_at_its_cpu_rate() {
     let region = s.regions[0].clone();
     s.regions = ["a", "b", "c", "d"]
         .into_iter()
-        .map(|name| simulations::scenario::RegionConfig {
+        .map(|name| RegionConfig {
             name: name.into(),
             demand: 1.0,
             ..region.clone()

@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
+mod common;
+
 use simulations::scenario::{FaultConfig, FaultKind};
 use simulations::{run, Metrics, Scenario};
 
@@ -12,33 +14,15 @@ use simulations::{run, Metrics, Scenario};
 /// rate over 2 s (one every 100 ms on average), who retry a 503 after 1 s
 /// and confirm every hold.
 fn far_region() -> Scenario {
-    Scenario::parse(
-        "far-region",
-        r#"
-name = "far-region"
-seed = 1
-[sku]
-total = 20
-hold_ttl_ms = 600_000
-[[regions]]
-name = "far"
-weight = 1
-demand = 1.0
-rtt_ms = 50
-[demand]
-buyers = 20
-duration_s = 2.0
-base_share = 1.0
-[buyers]
-abandon = 0.0
-release = 0.0
-extend = 0.0
-confirm_delay_ms = [1_000, 1_000]
-retry_after_ms = 1_000
-retries = 60
-"#,
-    )
-    .unwrap()
+    let mut s = common::by_hand("far-region");
+    s.sku.total = 20;
+    s.regions[0].name = "far".into();
+    s.regions[0].rtt_ms = 50.0;
+    s.demand.buyers = 20;
+    s.buyers.retry_after_ms = 1_000;
+    s.buyers.retries = 60;
+    s.validate().unwrap();
+    s
 }
 
 fn run_far(s: &Scenario, policy: &str) -> Metrics {

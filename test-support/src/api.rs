@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::{Client, RequestBuilder, StatusCode};
+use reqwest::{Client, Method, RequestBuilder, StatusCode};
 use serde_json::{json, Value};
 
 /// The admin token every test service is started with.
@@ -50,6 +50,20 @@ pub struct Api {
     pub url: String,
     /// The underlying client, for requests the helpers do not cover.
     pub client: Client,
+}
+
+/// The `tenant/sku` of every SKU of a page of `GET /v1/admin/skus[/...]`
+/// (or of `escrowctl sku list --json`, which prints the page).
+pub fn page_ids(page: &Value) -> Vec<String> {
+    let skus = page["skus"].as_array().unwrap();
+    let id = |s: &Value| {
+        format!(
+            "{}/{}",
+            s["tenant"].as_str().unwrap(),
+            s["sku"].as_str().unwrap()
+        )
+    };
+    skus.iter().map(id).collect()
 }
 
 impl Api {
@@ -116,6 +130,18 @@ impl Api {
         audit
     }
 
+    /// A request of tenant `acme` to `path`, for what the helpers here do
+    /// not send (a raw body, another content type, a header to read).
+    pub fn buyer_request(&self, method: Method, path: &str) -> RequestBuilder {
+        let url = format!("{}{path}", self.url);
+        self.client.request(method, url).bearer_auth(ACME_KEY)
+    }
+
+    /// A buyer POST of `body` (as JSON) to `path`.
+    pub async fn buyer_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        Self::send(self.buyer_request(Method::POST, path).json(&body)).await
+    }
+
     /// One reserve attempt; an error if the service could not be reached.
     pub async fn try_reserve(
         &self,
@@ -137,6 +163,23 @@ impl Api {
     /// One reserve.
     pub async fn reserve(&self, key: &str, user: &str, sku: &str) -> (StatusCode, Value) {
         self.try_reserve(key, user, sku).await.unwrap()
+    }
+
+    /// One reserve in a task of its own, for a test that does something
+    /// else while it is in flight.
+    pub fn spawn_reserve(
+        &self,
+        key: &str,
+        user: &str,
+        sku: &str,
+    ) -> tokio::task::JoinHandle<(StatusCode, Value)> {
+        let (api, key, user, sku) = (
+            self.clone(),
+            key.to_owned(),
+            user.to_owned(),
+            sku.to_owned(),
+        );
+        tokio::spawn(async move { api.reserve(&key, &user, &sku).await })
     }
 
     /// Reserves, retrying with the same key while the answer is a 503 (the

@@ -45,6 +45,18 @@ enum Pool {
     Sqlite(SqlitePool),
 }
 
+/// `$body` with `$name` bound to what the `Postgres` or `Sqlite` variant
+/// of `$value` (an `$enum`) holds: sqlx code that reads the same on both
+/// backends, written once and compiled for each backend's type.
+macro_rules! on_either {
+    ($enum:ident, $value:expr, $name:ident => $body:expr) => {
+        match $value {
+            $enum::Postgres($name) => $body,
+            $enum::Sqlite($name) => $body,
+        }
+    };
+}
+
 /// A test's own database, on either backend.
 #[derive(Debug)]
 pub struct TestDb {
@@ -66,15 +78,18 @@ impl TestDb {
 
     /// A fresh database `name` on the PostgreSQL server at `server` (e.g. a
     /// [`PgServer`](crate::pg_server::PgServer) of the test's own), with
-    /// `migrator`'s schema.
+    /// `migrator`'s schema; one of that name left by an earlier run is
+    /// dropped first.
     pub async fn postgres_on(server: &str, name: &str, migrator: &Migrator) -> Self {
         let mut admin = PgConnection::connect(&format!("{server}/postgres"))
             .await
             .unwrap();
-        sqlx::query(&format!("CREATE DATABASE \"{name}\""))
-            .execute(&mut admin)
-            .await
-            .unwrap();
+        for statement in [
+            format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+            format!("CREATE DATABASE \"{name}\""),
+        ] {
+            sqlx::query(&statement).execute(&mut admin).await.unwrap();
+        }
         let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
         migrator.run(&pool).await.unwrap();
         Self::postgres(pool)
@@ -127,28 +142,7 @@ impl TestDb {
                     &base[base.len().saturating_sub(24)..],
                     name.replace('-', "_")
                 );
-                let server = server_of(pool);
-                let mut admin = PgConnection::connect(&format!("{server}/postgres"))
-                    .await
-                    .unwrap();
-                sqlx::query(&format!(
-                    "DROP DATABASE IF EXISTS \"{sibling}\" WITH (FORCE)"
-                ))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-                sqlx::query(&format!("CREATE DATABASE \"{sibling}\""))
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-                let url = format!("{server}/{sibling}");
-                let pool = PgPool::connect(&url).await.unwrap();
-                postgres.run(&pool).await.unwrap();
-                Self {
-                    url,
-                    pool: Pool::Postgres(pool),
-                    dir: None,
-                }
+                Self::postgres_on(&server_of(pool), &sibling, postgres).await
             }
             Pool::Sqlite(_) => {
                 let path = self.url.trim_start_matches("sqlite://");
@@ -181,16 +175,10 @@ impl TestDb {
 
     /// Every column of the one row `sql` returns, each an integer.
     pub async fn ints(&self, sql: &str) -> Vec<i64> {
-        match &self.pool {
-            Pool::Postgres(pool) => {
-                let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
-                (0..row.len()).map(|i| row.get::<i64, _>(i)).collect()
-            }
-            Pool::Sqlite(pool) => {
-                let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
-                (0..row.len()).map(|i| row.get::<i64, _>(i)).collect()
-            }
-        }
+        on_either!(Pool, &self.pool, pool => {
+            let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
+            (0..row.len()).map(|i| row.get::<i64, _>(i)).collect()
+        })
     }
 
     /// The one integer `sql` returns.
@@ -201,22 +189,12 @@ impl TestDb {
     /// Every row `sql` returns, each column as text (write the SQL so
     /// that every column is text on both backends).
     pub async fn text_rows(&self, sql: &str) -> Vec<Vec<String>> {
-        match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(sql)
-                .fetch_all(pool)
-                .await
-                .unwrap()
-                .iter()
+        on_either!(Pool, &self.pool, pool => {
+            let rows = sqlx::query(sql).fetch_all(pool).await.unwrap();
+            rows.iter()
                 .map(|row| (0..row.len()).map(|i| row.get::<String, _>(i)).collect())
-                .collect(),
-            Pool::Sqlite(pool) => sqlx::query(sql)
-                .fetch_all(pool)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| (0..row.len()).map(|i| row.get::<String, _>(i)).collect())
-                .collect(),
-        }
+                .collect()
+        })
     }
 
     /// The first column of every row `sql` returns, as text.
@@ -230,44 +208,17 @@ impl TestDb {
 
     /// Runs `sql` (a write behind the service's back); the rows it changed.
     pub async fn execute(&self, sql: &str) -> u64 {
-        match &self.pool {
-            Pool::Postgres(pool) => sqlx::query(sql)
-                .execute(pool)
-                .await
-                .unwrap()
-                .rows_affected(),
-            Pool::Sqlite(pool) => sqlx::query(sql)
-                .execute(pool)
-                .await
-                .unwrap()
-                .rows_affected(),
-        }
+        on_either!(Pool, &self.pool, pool => {
+            sqlx::query(sql).execute(pool).await.unwrap().rows_affected()
+        })
     }
 
     /// Runs `sql` in a transaction whose connection then closes without
     /// COMMIT, as a process that dies mid-transaction leaves it.
     pub async fn uncommitted(&self, sql: &str) {
-        match &self.pool {
-            Pool::Postgres(pool) => {
-                let mut conn = PgConnection::connect_with(&pool.connect_options())
-                    .await
-                    .unwrap();
-                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-                sqlx::query(sql).execute(&mut conn).await.unwrap();
-                drop(conn);
-            }
-            Pool::Sqlite(_) => {
-                let mut conn = SqliteConnection::connect_with(&sqlite_options(&self.url))
-                    .await
-                    .unwrap();
-                sqlx::query("BEGIN IMMEDIATE")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                sqlx::query(sql).execute(&mut conn).await.unwrap();
-                drop(conn);
-            }
-        }
+        let mut tx = self.begin("BEGIN IMMEDIATE").await;
+        tx.execute(sql).await;
+        drop(tx);
     }
 
     /// A connection holding the write lock on every SKU's counters (the
@@ -282,20 +233,13 @@ impl TestDb {
     /// PostgreSQL the rows are locked `FOR UPDATE`; on SQLite the file's
     /// one write lock is taken (`BEGIN IMMEDIATE`).
     pub async fn lock_rows_of(&self, table: &str) -> Locked {
-        match &self.pool {
-            Pool::Postgres(pool) => {
-                let mut conn = PgConnection::connect_with(&pool.connect_options())
-                    .await
-                    .unwrap();
-                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-                sqlx::query(&format!("SELECT 1 FROM {table} FOR UPDATE"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                Locked::Postgres(conn)
-            }
-            Pool::Sqlite(_) => self.sqlite_lock("BEGIN IMMEDIATE").await,
+        let mut locked = self.begin("BEGIN IMMEDIATE").await;
+        if self.backend() == Backend::Postgres {
+            locked
+                .execute(&format!("SELECT 1 FROM {table} FOR UPDATE"))
+                .await;
         }
+        locked
     }
 
     /// A connection holding the strongest lock the backend has on the
@@ -303,30 +247,32 @@ impl TestDb {
     /// proceeds until [`Locked::release`]; on SQLite no write does (in WAL
     /// mode a reader never waits for a writer, whatever its lock).
     pub async fn lock_all(&self) -> Locked {
-        match &self.pool {
-            Pool::Postgres(pool) => {
-                let mut conn = PgConnection::connect_with(&pool.connect_options())
-                    .await
-                    .unwrap();
-                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-                sqlx::query(
-                    "LOCK TABLE reservations, sku_stock, region_lease IN ACCESS EXCLUSIVE MODE",
-                )
-                .execute(&mut conn)
-                .await
-                .unwrap();
-                Locked::Postgres(conn)
-            }
-            Pool::Sqlite(_) => self.sqlite_lock("BEGIN EXCLUSIVE").await,
+        let mut locked = self.begin("BEGIN EXCLUSIVE").await;
+        if self.backend() == Backend::Postgres {
+            let tables = "reservations, sku_stock, region_lease";
+            locked
+                .execute(&format!("LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"))
+                .await;
         }
+        locked
     }
 
-    async fn sqlite_lock(&self, begin: &str) -> Locked {
-        let mut conn = SqliteConnection::connect_with(&sqlite_options(&self.url))
-            .await
-            .unwrap();
-        sqlx::query(begin).execute(&mut conn).await.unwrap();
-        Locked::Sqlite(conn)
+    /// A connection of its own, in a transaction: on PostgreSQL a plain
+    /// `BEGIN`, on SQLite `sqlite_begin` (`BEGIN IMMEDIATE` takes the file's
+    /// write lock at once, `BEGIN EXCLUSIVE` keeps other writers out too).
+    async fn begin(&self, sqlite_begin: &str) -> Locked {
+        let (mut locked, begin) = match &self.pool {
+            Pool::Postgres(pool) => {
+                let conn = PgConnection::connect_with(&pool.connect_options()).await;
+                (Locked::Postgres(conn.unwrap()), "BEGIN")
+            }
+            Pool::Sqlite(_) => {
+                let conn = SqliteConnection::connect_with(&sqlite_options(&self.url)).await;
+                (Locked::Sqlite(conn.unwrap()), sqlite_begin)
+            }
+        };
+        locked.execute(begin).await;
+        locked
     }
 
     /// On PostgreSQL, waits until some statement waits on a lock (a
@@ -378,15 +324,14 @@ pub enum Locked {
 
 impl Locked {
     /// Commits, releasing the lock.
-    pub async fn release(self) {
-        match self {
-            Locked::Postgres(mut conn) => {
-                sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
-            }
-            Locked::Sqlite(mut conn) => {
-                sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
-            }
-        }
+    pub async fn release(mut self) {
+        self.execute("COMMIT").await;
+    }
+
+    async fn execute(&mut self, sql: &str) {
+        on_either!(Locked, self, conn => {
+            sqlx::query(sql).execute(&mut *conn).await.unwrap();
+        })
     }
 }
 

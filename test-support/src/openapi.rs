@@ -1,13 +1,33 @@
 //! Checks a service's OpenAPI document against its router: the document
 //! parses as OpenAPI 3.1, lists exactly the operations the test names,
-//! and every listed operation is routed (a route the router lacks would
-//! answer axum's empty 404 or a 405).
+//! every listed operation is routed (a route the router lacks would
+//! answer axum's empty 404 or a 405), and the API (`/v1/...`) asks for the
+//! bearer credential.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use crate::api::client;
+
+/// The routes of the SKU admin API, which both services serve.
+pub const SKU_ADMIN_ROUTES: &[(&str, &str)] = &[
+    ("put", "/v1/admin/skus/{tenant}/{sku}"),
+    ("get", "/v1/admin/skus/{tenant}/{sku}"),
+    ("post", "/v1/admin/skus/{tenant}/{sku}/add-stock"),
+    ("post", "/v1/admin/skus/{tenant}/{sku}/pause"),
+    ("post", "/v1/admin/skus/{tenant}/{sku}/resume"),
+    ("get", "/v1/admin/audit"),
+    ("post", "/v1/admin/prune"),
+];
+
+/// The operations routes, which both services serve without credentials.
+pub const OPERATIONS_ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+];
 
 /// HTTP methods an OpenAPI path item can hold.
 const METHODS: [&str; 8] = [
@@ -60,4 +80,21 @@ pub async fn assert_document_lists(url: &str, expected: &[(&str, &str)]) -> Valu
         );
     }
     doc
+}
+
+/// Asserts that `doc` declares the bearer security scheme and that each of
+/// `routes` under `/v1/` (the API; the operations endpoints take no
+/// credential) asks for it.
+pub fn assert_api_takes_bearer(doc: &Value, routes: &[(&str, &str)]) {
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for (method, path) in routes.iter().filter(|(_, p)| p.starts_with("/v1/")) {
+        assert_eq!(
+            doc["paths"][path][method]["security"][0]["bearer"],
+            serde_json::json!([]),
+            "{method} {path}"
+        );
+    }
 }

@@ -10,17 +10,16 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use escrow_core::{RegionName, Sku, Tenant};
 use serde::Deserialize;
+use service_kit::sku_admin::{units, AddStockBody, SkuPath};
 use utoipa::{IntoParams, ToSchema};
 
 use super::bodies::{OutcomeBody, RegionsBody};
 use super::error::ApiError;
+use super::failures::{AdminFailures, ChangeFailures};
 use crate::policies::PolicyRequest;
 use crate::store::admin::{Audit, ViewAt};
 use crate::store::{AdminKey, Applied, Listing, SkuPage, SkuSpec, SkuSummary};
 use crate::AppState;
-
-/// Largest total or stock addition accepted.
-pub const UNITS_MAX: u64 = 1_000_000_000_000;
 
 /// SKUs in a page of a listing when the request names no `limit`.
 pub const PAGE_SKUS_DEFAULT: u32 = 100;
@@ -41,6 +40,16 @@ pub struct ListQuery {
     /// SKUs in the page, 1..=1000; default 100.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+}
+
+/// The header that makes an admin change apply once, as the document
+/// lists it; [`admin_key`] reads it.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 128)]
+    pub key: Option<String>,
 }
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}` body.
@@ -67,15 +76,7 @@ pub struct PutSkuBody {
     settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// `POST .../add-stock` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AddStockBody {
-    /// Units to add, 1..=10^12.
-    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
-    qty: i64,
-}
-
+/// Admin routes answer only the admin token.
 pub(super) fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if state.auth().is_admin(headers) {
         Ok(())
@@ -84,21 +85,8 @@ pub(super) fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     }
 }
 
-fn ids(tenant: &str, sku: &str) -> Result<(Tenant, Sku), ApiError> {
-    let bad = |e: escrow_core::IdError| ApiError::BadRequest(e.to_string());
-    Ok((
-        Tenant::parse(tenant).map_err(bad)?,
-        Sku::parse(sku).map_err(bad)?,
-    ))
-}
-
-fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
-    u64::try_from(raw)
-        .ok()
-        .filter(|u| *u <= UNITS_MAX)
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!("{field} must be an integer in 0..={UNITS_MAX}"))
-        })
+fn bad(e: impl ToString) -> ApiError {
+    ApiError::BadRequest(e.to_string())
 }
 
 /// The `Idempotency-Key` of an admin change, with the change it names.
@@ -170,27 +158,25 @@ async fn changed(
     put,
     path = "/v1/admin/skus/{tenant}/{sku}",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    params(SkuPath, IdempotencyKey),
     request_body = PutSkuBody,
     responses(
         (status = 201, description = "Created: the SKU view", body = SkuSummary, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
         (status = 200, description = "Changed (or replayed): the SKU view", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total, region, weight, policy or setting", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: the total would drop by more than the pool holds, or the Idempotency-Key was used for another change; nothing changes", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn put_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
     body: Result<Json<PutSkuBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let (tenant, sku) = ids(&tenant, &sku)?;
+    let (tenant, sku) = path.parse().map_err(bad)?;
     let Json(body) = body?;
     if let Some(unknown) = body
         .regions
@@ -204,7 +190,7 @@ pub async fn put_sku(
         )));
     }
     let spec = SkuSpec {
-        total: units(body.total, "total")?,
+        total: units(body.total, "total").map_err(bad)?,
         regions: body
             .regions
             .as_ref()
@@ -231,24 +217,22 @@ pub async fn put_sku(
     get,
     path = "/v1/admin/skus/{tenant}/{sku}",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     responses(
         (status = 200, description = "The SKU view, from one snapshot", body = SkuSummary),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn get_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let (tenant, sku) = ids(&tenant, &sku)?;
+    let (tenant, sku) = path.parse().map_err(bad)?;
     let view = state.store().sku(&tenant, &sku, &view_at(&state)).await?;
     Ok(Json(view).into_response())
 }
@@ -284,9 +268,7 @@ async fn page(state: &AppState, listing: &Listing, limit: u32) -> Result<Respons
     responses(
         (status = 200, description = "One page of the tenant's SKUs", body = SkuPage),
         (status = 400, description = "`BAD_REQUEST`: bad tenant, `limit`, `after` or another parameter", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
@@ -297,7 +279,6 @@ pub async fn list_tenant_skus(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let bad = |e: escrow_core::IdError| ApiError::BadRequest(e.to_string());
     let tenant = Tenant::parse(&tenant).map_err(bad)?;
     let Query(query) = query?;
     let limit = page_limit(query.limit.as_deref())?;
@@ -321,9 +302,7 @@ pub async fn list_tenant_skus(
     responses(
         (status = 200, description = "One page of every tenant's SKUs", body = SkuPage),
         (status = 400, description = "`BAD_REQUEST`: bad `limit`, `after` or another parameter", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
@@ -335,7 +314,7 @@ pub async fn list_skus(
     admin_only(&state, &headers)?;
     let Query(query) = query?;
     let limit = page_limit(query.limit.as_deref())?;
-    let bad = |e: escrow_core::IdError| ApiError::BadRequest(format!("after: {e}"));
+    let bad_after = |e: escrow_core::IdError| bad(format!("after: {e}"));
     let after = query
         .after
         .as_deref()
@@ -344,8 +323,8 @@ pub async fn list_skus(
                 .split_once('/')
                 .ok_or_else(|| ApiError::BadRequest("after must be TENANT/SKU".into()))?;
             Ok::<_, ApiError>((
-                Tenant::parse(tenant).map_err(bad)?,
-                Sku::parse(sku).map_err(bad)?,
+                Tenant::parse(tenant).map_err(bad_after)?,
+                Sku::parse(sku).map_err(bad_after)?,
             ))
         })
         .transpose()?;
@@ -358,32 +337,26 @@ pub async fn list_skus(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/add-stock",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    params(SkuPath, IdempotencyKey),
     request_body = AddStockBody,
     responses(
         (status = 200, description = "The SKU view with the stock added to total and pool", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body or qty", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ChangeFailures,
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn add_stock(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
     body: Result<Json<AddStockBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let (tenant, sku) = ids(&tenant, &sku)?;
+    let (tenant, sku) = path.parse().map_err(bad)?;
     let Json(body) = body?;
-    let qty = units(body.qty, "qty")?;
-    if qty == 0 {
-        return Err(ApiError::BadRequest("qty must be at least 1".into()));
-    }
+    let qty = body.qty().map_err(bad)?;
     let key = admin_key(&headers, format!("add-stock {tenant}/{sku} {qty}"))?;
     let applied = state
         .store()
@@ -395,12 +368,11 @@ pub async fn add_stock(
 async fn set_paused(
     state: AppState,
     headers: HeaderMap,
-    tenant: String,
-    sku: String,
+    path: SkuPath,
     paused: bool,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let (tenant, sku) = ids(&tenant, &sku)?;
+    let (tenant, sku) = path.parse().map_err(bad)?;
     let verb = if paused { "pause" } else { "resume" };
     let key = admin_key(&headers, format!("{verb} {tenant}/{sku}"))?;
     let applied = state
@@ -415,24 +387,21 @@ async fn set_paused(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/pause",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    params(SkuPath, IdempotencyKey),
     responses(
         (status = 200, description = "The SKU view, paused", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ChangeFailures,
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
-    set_paused(state, headers, tenant, sku, true).await
+    set_paused(state, headers, path, true).await
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/resume`.
@@ -440,24 +409,21 @@ pub async fn pause(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/resume",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("Idempotency-Key" = Option<String>, Header, description = "Applies the change once: the same change with the same key answers 200 with `Idempotent-Replayed: true`", min_length = 1, max_length = 128)),
+    params(SkuPath, IdempotencyKey),
     responses(
         (status = 200, description = "The SKU view, selling again", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: the Idempotency-Key was used for another change; nothing applied", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ChangeFailures,
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
-    set_paused(state, headers, tenant, sku, false).await
+    set_paused(state, headers, path, false).await
 }
 
 /// `GET /v1/admin/audit`: the invariant for every SKU, from one snapshot.
@@ -467,9 +433,7 @@ pub async fn resume(
     tag = "admin",
     responses(
         (status = 200, description = "Every SKU's view; `drift_total` and `stale_skus` are 0 when healthy", body = Audit),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]
@@ -490,9 +454,7 @@ pub async fn audit(
     tag = "admin",
     responses(
         (status = 200, description = "Every region that ever synced", body = RegionsBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminFailures,
     ),
     security(("bearer" = []))
 )]

@@ -5,19 +5,19 @@ pub mod admin;
 pub mod bodies;
 pub mod console;
 pub mod error;
+pub mod failures;
 pub mod openapi;
 pub mod region;
 pub mod retention;
 
 use std::time::Duration;
 
-use axum::error_handling::HandleErrorLayer;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{BoxError, Router};
-use tower::ServiceBuilder;
+use service_kit::intake::{bounded, Intake};
+use service_kit::ops::Operated;
+use utoipa::OpenApi;
 
 use crate::AppState;
 use error::ApiError;
@@ -33,6 +33,9 @@ pub const REQUESTS_IN_FLIGHT_MAX: usize = 512;
 /// that may still commit, and longer than the longest held-open watch.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(1_800);
 
+/// Largest request body accepted (sync requests of agents with many SKUs included).
+pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+
 async fn overloaded(error: BoxError) -> Response {
     let reason = if error.is::<tower::timeout::error::Elapsed>() {
         "timeout"
@@ -43,54 +46,19 @@ async fn overloaded(error: BoxError) -> Response {
     ApiError::Overloaded.into_response()
 }
 
-/// Largest request body accepted (sync requests of agents with many SKUs included).
-pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
-
-/// `GET /healthz`: the process is up.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "operations",
-    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
-)]
-pub async fn healthz() -> &'static str {
-    "ok"
-}
-
-/// `GET /readyz`: the database answers and migrations are applied.
-#[utoipa::path(
-    get,
-    path = "/readyz",
-    tag = "operations",
-    responses(
-        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
-        (status = 503, description = "`database unavailable`", body = String, content_type = "text/plain"),
-    )
-)]
-pub async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store().ready().await {
-        Ok(()) => "ready".into_response(),
-        Err(error) => {
-            tracing::warn!(%error, "not ready");
-            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
-        }
+impl Operated for AppState {
+    async fn unready(&self) -> Option<&'static str> {
+        service_kit::ops::database_unready(self.store().ready().await)
     }
-}
 
-/// `GET /metrics`: Prometheus text.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "operations",
-    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
-)]
-pub async fn metrics(State(state): State<AppState>) -> String {
-    state.metrics().render()
+    fn scrape(&self) -> String {
+        self.metrics().render()
+    }
 }
 
 /// The coordinator's router.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/admin/skus", get(admin::list_skus))
         .route("/v1/admin/skus/{tenant}", get(admin::list_tenant_skus))
         .route(
@@ -109,18 +77,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/regions/{region}/sync", post(region::sync))
         .route("/v1/regions/{region}/take", post(region::take))
         .route("/v1/regions/{region}/watch", post(region::watch))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi::document))
-        .merge(console::routes())
-        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(overloaded))
-                .load_shed()
-                .concurrency_limit(REQUESTS_IN_FLIGHT_MAX)
-                .timeout(REQUEST_TIMEOUT),
-        )
-        .with_state(state)
+        .merge(service_kit::ops::routes(&openapi::ApiDoc::openapi()))
+        .merge(console::routes());
+    let intake = Intake {
+        body_bytes_max: BODY_BYTES_MAX,
+        requests_in_flight_max: REQUESTS_IN_FLIGHT_MAX,
+        request_timeout: Some(REQUEST_TIMEOUT),
+    };
+    bounded(routes, intake, overloaded).with_state(state)
 }

@@ -3,25 +3,22 @@
 //! published interface cannot drift from the code, and a fuzzer
 //! (`scripts/api-fuzz`) checks the running coordinator against it.
 
-use std::sync::LazyLock;
-
-use axum::http::header;
-use axum::response::IntoResponse;
-use utoipa::{Modify, OpenApi};
+use service_kit::openapi::Completion;
+use service_kit::ops::OperationsDoc;
+use utoipa::OpenApi;
 
 use super::{admin, region, retention};
 
-/// The document's description of both credentials as one bearer scheme.
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        service_kit::openapi::add_bearer(
-            openapi,
-            "The admin token (`--admin-token`) on the admin API, the region's token (`--region-token REGION=TOKEN`) on the region API",
-        );
-    }
-}
+/// What the document says beside the routes' annotations: which token goes
+/// where, and the operations endpoints.
+const COMPLETION: Completion = Completion {
+    bearer: "The admin token (`--admin-token`) on the admin API, the region's token (`--region-token REGION=TOKEN`) on the region API",
+    operations: OperationsDoc {
+        service: "coordinator",
+        ready_when: "the database answers and migrations are applied.",
+        unready: "`database unavailable`",
+    },
+};
 
 /// The coordinator's API.
 #[derive(OpenApi)]
@@ -44,34 +41,11 @@ impl Modify for BearerAuth {
         region::sync,
         region::take,
         region::watch,
-        super::healthz,
-        super::readyz,
-        super::metrics,
-        document,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&COMPLETION),
     tags(
         (name = "admin", description = "SKUs, audit and regions, with the admin token"),
         (name = "region", description = "The agents' protocol, each with its region's token"),
-        (name = "operations", description = "Health, readiness, metrics and this document; no credentials"),
     )
 )]
 pub struct ApiDoc;
-
-/// The document as served, rendered once.
-static DOCUMENT: LazyLock<String> =
-    LazyLock::new(|| service_kit::openapi::render(&ApiDoc::openapi()));
-
-/// `GET /openapi.json`: this document.
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    tag = "operations",
-    responses((status = 200, description = "The OpenAPI 3.1 document of this coordinator", content_type = "application/json"))
-)]
-pub async fn document() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
-}

@@ -6,12 +6,13 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use service_kit::retention::{PruneBody, PRUNE_BATCH};
+use service_kit::retention::{in_batches, PruneBody, PRUNE_BATCH};
 use utoipa::ToSchema;
 
 use super::admin::admin_only;
 use super::bodies::OutcomeBody;
 use super::error::ApiError;
+use super::failures::AdminFailures;
 use crate::AppState;
 
 /// What a prune deleted.
@@ -33,8 +34,9 @@ pub struct PrunedBody {
     responses(
         (status = 200, description = "What was deleted: grants delivered and admin idempotency keys recorded before the window; applied returns stay", body = PrunedBody),
         (status = 400, description = "`BAD_REQUEST`: bad body, or a window out of range", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
+        AdminFailures,
+        // After AdminFailures, so that this 503 replaces its: a prune cut
+        // short keeps the batches it committed.
         (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; what was deleted stays deleted", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
@@ -50,14 +52,11 @@ pub async fn prune(
     let cut_ms = body.cut_ms(now_ms).map_err(ApiError::BadRequest)?;
     let before = chrono::DateTime::from_timestamp_millis(i64::try_from(cut_ms).unwrap_or(0))
         .unwrap_or_default();
-    let (mut grants, mut admin_keys) = (0u64, 0u64);
-    loop {
-        let pruned = state.store().prune(before, PRUNE_BATCH).await?;
-        grants += pruned.grants;
-        admin_keys += pruned.admin_keys;
-        if pruned.grants < u64::from(PRUNE_BATCH) && pruned.admin_keys < u64::from(PRUNE_BATCH) {
-            break;
-        }
-    }
+    let store = state.store();
+    let [grants, admin_keys] = in_batches(|| async {
+        let pruned = store.prune(before, PRUNE_BATCH).await?;
+        Ok::<_, ApiError>([pruned.grants, pruned.admin_keys])
+    })
+    .await?;
     Ok(Json(PrunedBody { grants, admin_keys }).into_response())
 }

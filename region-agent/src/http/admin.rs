@@ -2,26 +2,24 @@
 //! pause and resume, inspect, audit. Every counter change goes through the
 //! SKU's owner so the counters keep a single writer.
 
+use std::collections::BTreeMap;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::collections::BTreeMap;
-
 use axum::Json;
-use escrow_core::{Sku, SkuSettings, Tenant};
+use escrow_core::SkuSettings;
 use serde::Deserialize;
+use service_kit::sku_admin::{units, AddStockBody, SkuPath};
 use tokio::sync::oneshot;
 use utoipa::ToSchema;
 
 use super::bodies::{AuditBody, AuditRegion, AuditSku, OutcomeBody, RegionView, SkuViewBody};
 use super::error::ApiError;
+use super::failures::{AdminChangeFailures, AdminReadFailures, SkuChangeFailures};
 use super::json::JsonBody;
 use crate::owner::{AdminChange, AdminReply, Command, OwnerHandle, PauseReason};
 use crate::state::AppState;
-
-/// Largest total or stock addition accepted: far above any real sale,
-/// far below counter overflow.
-pub const UNITS_MAX: u64 = 1_000_000_000_000;
 
 /// `PUT /v1/admin/skus/{tenant}/{sku}` body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -41,20 +39,12 @@ pub struct PutSkuBody {
     hold_ttl_ms: Option<i64>,
 }
 
-/// `POST .../add-stock` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AddStockBody {
-    /// Units to add, 1..=10^12.
-    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
-    qty: i64,
-}
-
 fn bad(e: impl ToString) -> ApiError {
     ApiError::BadRequest(e.to_string())
 }
 
-fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// Admin routes answer only the admin token.
+pub(super) fn admin_only(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if state.auth().is_admin(headers) {
         Ok(())
     } else {
@@ -71,20 +61,6 @@ fn standalone_only(state: &AppState) -> Result<(), ApiError> {
             "this agent is managed by a coordinator; change the SKU there".into(),
         )),
     }
-}
-
-fn ids(tenant: &str, sku: &str) -> Result<(Tenant, Sku), ApiError> {
-    Ok((
-        Tenant::parse(tenant).map_err(bad)?,
-        Sku::parse(sku).map_err(bad)?,
-    ))
-}
-
-fn units(raw: i64, field: &str) -> Result<u64, ApiError> {
-    u64::try_from(raw)
-        .ok()
-        .filter(|u| *u <= UNITS_MAX)
-        .ok_or_else(|| bad(format!("{field} must be an integer in 0..={UNITS_MAX}")))
 }
 
 fn sku_json(state: &AppState, handle: &OwnerHandle) -> Json<SkuViewBody> {
@@ -140,34 +116,33 @@ async fn change(handle: &OwnerHandle, change: AdminChange) -> Result<(), ApiErro
     put,
     path = "/v1/admin/skus/{tenant}/{sku}",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     request_body = PutSkuBody,
     responses(
         (status = 201, description = "Created: the SKU view", body = SkuViewBody, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
         (status = 200, description = "Changed: the SKU view", body = SkuViewBody),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total or setting; `regions` given", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 409, description = "`CONFLICT`: the total would go below the units held or sold, or the agent is managed by a coordinator; nothing changes", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: creating the SKU failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminChangeFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn put_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
     JsonBody(body): JsonBody<PutSkuBody>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     standalone_only(&state)?;
-    let (tenant, sku) = ids(&tenant, &sku)?;
+    let (tenant, sku) = path.parse().map_err(bad)?;
     if body.regions.is_some() {
         return Err(bad(
             "regions need a coordinator; a standalone agent sells one region",
         ));
     }
-    let total = units(body.total, "total")?;
+    let total = units(body.total, "total").map_err(bad)?;
     let existing = state.registry().get(&tenant, &sku);
     let handle = match existing {
         None => {
@@ -205,8 +180,8 @@ pub async fn put_sku(
     Ok(sku_json(&state, &handle).into_response())
 }
 
-fn find(state: &AppState, tenant: &str, sku: &str) -> Result<OwnerHandle, ApiError> {
-    let (tenant, sku) = ids(tenant, sku)?;
+fn find(state: &AppState, path: &SkuPath) -> Result<OwnerHandle, ApiError> {
+    let (tenant, sku) = path.parse().map_err(bad)?;
     state
         .registry()
         .get(&tenant, &sku)
@@ -218,23 +193,22 @@ fn find(state: &AppState, tenant: &str, sku: &str) -> Result<OwnerHandle, ApiErr
     get,
     path = "/v1/admin/skus/{tenant}/{sku}",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     responses(
         (status = 200, description = "The SKU view, from memory", body = SkuViewBody),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminReadFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn get_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
-    let handle = find(&state, &tenant, &sku)?;
+    let handle = find(&state, &path)?;
     Ok(sku_json(&state, &handle).into_response())
 }
 
@@ -243,31 +217,26 @@ pub async fn get_sku(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/add-stock",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     request_body = AddStockBody,
     responses(
         (status = 200, description = "The SKU view with the stock added", body = SkuViewBody),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body or qty", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        SkuChangeFailures,
+        AdminChangeFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn add_stock(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
     JsonBody(body): JsonBody<AddStockBody>,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     standalone_only(&state)?;
-    let handle = find(&state, &tenant, &sku)?;
-    let qty = units(body.qty, "qty")?;
-    if qty == 0 {
-        return Err(bad("qty must be at least 1"));
-    }
+    let handle = find(&state, &path)?;
+    let qty = body.qty().map_err(bad)?;
     change(&handle, AdminChange::AddStock(qty)).await?;
     Ok(sku_json(&state, &handle).into_response())
 }
@@ -275,13 +244,12 @@ pub async fn add_stock(
 async fn set_paused(
     state: AppState,
     headers: HeaderMap,
-    tenant: String,
-    sku: String,
+    path: SkuPath,
     paused: bool,
 ) -> Result<Response, ApiError> {
     admin_only(&state, &headers)?;
     standalone_only(&state)?;
-    let handle = find(&state, &tenant, &sku)?;
+    let handle = find(&state, &path)?;
     change(&handle, AdminChange::Pause(paused)).await?;
     Ok(sku_json(&state, &handle).into_response())
 }
@@ -291,23 +259,21 @@ async fn set_paused(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/pause",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     responses(
         (status = 200, description = "The SKU view, paused: new holds are answered 503 `PAUSED`", body = SkuViewBody),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        SkuChangeFailures,
+        AdminChangeFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
-    set_paused(state, headers, tenant, sku, true).await
+    set_paused(state, headers, path, true).await
 }
 
 /// `POST /v1/admin/skus/{tenant}/{sku}/resume`.
@@ -315,23 +281,21 @@ pub async fn pause(
     post,
     path = "/v1/admin/skus/{tenant}/{sku}/resume",
     tag = "admin",
-    params(("tenant" = String, Path, description = "The SKU's tenant", example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128), ("sku" = String, Path, description = "The SKU", example = json!("drop"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SkuPath),
     responses(
         (status = 200, description = "The SKU view, selling again", body = SkuViewBody),
         (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
-        (status = 404, description = "`UNKNOWN_SKU`", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: this agent is managed by a coordinator; change the SKU there", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (fenced, drift, reload) or `storage` (the commit failed)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        SkuChangeFailures,
+        AdminChangeFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((tenant, sku)): Path<(String, String)>,
+    Path(path): Path<SkuPath>,
 ) -> Result<Response, ApiError> {
-    set_paused(state, headers, tenant, sku, false).await
+    set_paused(state, headers, path, false).await
 }
 
 /// `GET /v1/admin/audit`: the invariant per SKU, from committed rows.
@@ -341,9 +305,8 @@ pub async fn resume(
     tag = "admin",
     responses(
         (status = 200, description = "Every SKU with its drift; `drift_total` is 0 when healthy", body = AuditBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminReadFailures,
     ),
     security(("bearer" = []))
 )]

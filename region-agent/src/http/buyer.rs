@@ -14,12 +14,13 @@ use escrow_core::owner::gate;
 use escrow_core::{Deadline, Qty, RequestKey, Reservation, Sku, Tenant, TtlMs, UserId};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::bodies::{
     NotFoundBody, Outcome, OutcomeBody, ReservationBody, ReservationOutcome, SkuStatusBody,
 };
 use super::error::ApiError;
+use super::failures::{ActFailures, BuyerReadFailures};
 use super::json::{JsonBody, OptionalJsonBody};
 use crate::owner::{
     ActReply, Action, Command, OwnerHandle, PauseReason, ReserveReply, ReserveRequest,
@@ -69,6 +70,15 @@ pub struct ExtendBody {
     /// The new hold duration from now; default the SKU's `hold_ttl_ms`.
     #[schema(minimum = 1000, maximum = 3_600_000)]
     ttl_ms: Option<i64>,
+}
+
+/// The path `/v1/reservations/{request_key}[/...]`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct KeyPath {
+    /// The reservation's idempotency key
+    #[param(example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
+    request_key: String,
 }
 
 fn bad(e: impl ToString) -> ApiError {
@@ -221,24 +231,23 @@ pub async fn reserve(
     path = "/v1/reservations/{request_key}",
     operation_id = "get_reservation",
     tag = "buyer",
-    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(KeyPath),
     responses(
         (status = 200, description = "R, as committed", body = ReservationBody),
         (status = 400, description = "`BAD_REQUEST`: malformed key", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
         (status = 500, description = "`INTERNAL`: the read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        BuyerReadFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn get(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(key): Path<String>,
+    Path(path): Path<KeyPath>,
 ) -> Result<Response, ApiError> {
     let tenant = tenant_of(&state, &headers)?;
-    let key = RequestKey::parse(&key).map_err(bad)?;
+    let key = RequestKey::parse(&path.request_key).map_err(bad)?;
     let r = state
         .store()
         .reservation(&tenant, &key)
@@ -250,11 +259,11 @@ pub async fn get(
 async fn act(
     state: AppState,
     headers: HeaderMap,
-    key: String,
+    path: KeyPath,
     action: Action,
 ) -> Result<Response, ApiError> {
     let tenant = tenant_of(&state, &headers)?;
-    let key = RequestKey::parse(&key).map_err(bad)?;
+    let key = RequestKey::parse(&path.request_key).map_err(bad)?;
     // Keys of the idempotency window are in memory with their SKU; the row
     // is read only for a key memory does not hold (older, or unknown).
     let sku = match state.keys().sku_of(&tenant, &key) {
@@ -292,24 +301,20 @@ async fn act(
     post,
     path = "/v1/reservations/{request_key}/confirm",
     tag = "buyer",
-    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(KeyPath),
     responses(
         (status = 200, description = "R with `SOLD` (also if it already was)", body = ReservationBody),
         (status = 409, description = "R with `EXPIRED` or `RELEASED`", body = ReservationBody),
-        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
-        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
-        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ActFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn confirm(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(key): Path<String>,
+    Path(path): Path<KeyPath>,
 ) -> Result<Response, ApiError> {
-    act(state, headers, key, Action::Confirm).await
+    act(state, headers, path, Action::Confirm).await
 }
 
 /// `POST /v1/reservations/{request_key}/release`.
@@ -317,24 +322,20 @@ pub async fn confirm(
     post,
     path = "/v1/reservations/{request_key}/release",
     tag = "buyer",
-    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(KeyPath),
     responses(
         (status = 200, description = "R with `RELEASED`, or `EXPIRED` if it had expired", body = ReservationBody),
         (status = 409, description = "R with `SOLD`", body = ReservationBody),
-        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
-        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
-        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ActFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn release(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(key): Path<String>,
+    Path(path): Path<KeyPath>,
 ) -> Result<Response, ApiError> {
-    act(state, headers, key, Action::Release).await
+    act(state, headers, path, Action::Release).await
 }
 
 /// `POST /v1/reservations/{request_key}/extend`.
@@ -342,23 +343,19 @@ pub async fn release(
     post,
     path = "/v1/reservations/{request_key}/extend",
     tag = "buyer",
-    params(("request_key" = String, Path, description = "The reservation's idempotency key", example = json!("order-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(KeyPath),
     request_body(content = Option<ExtendBody>, description = "Optional; an empty body needs no Content-Type"),
     responses(
         (status = 200, description = "R with the new `expires_at`", body = ReservationBody),
         (status = 409, description = "R: already extended, expired, sold or released", body = ReservationBody),
-        (status = 400, description = "`BAD_REQUEST`: malformed key or body; nothing written", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
-        (status = 404, description = "No committed reservation has this key for this tenant", body = NotFoundBody),
-        (status = 500, description = "`INTERNAL`: the handler's read failed; details logged only", body = OutcomeBody),
-        (status = 503, description = "`PAUSED` with `reason`: `halted` (drift, fencing, reload) or `storage` (the owner's read or a commit failed); `REJECTED_QUEUE_FULL` or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        ActFailures,
     ),
     security(("bearer" = []))
 )]
 pub async fn extend(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(key): Path<String>,
+    Path(path): Path<KeyPath>,
     OptionalJsonBody(body): OptionalJsonBody<ExtendBody>,
 ) -> Result<Response, ApiError> {
     let ttl = body
@@ -366,7 +363,7 @@ pub async fn extend(
         .map(TtlMs::parse)
         .transpose()
         .map_err(bad)?;
-    act(state, headers, key, Action::Extend(ttl)).await
+    act(state, headers, path, Action::Extend(ttl)).await
 }
 
 /// `GET /v1/skus/{sku}`: from memory, cacheable for a second.
@@ -378,9 +375,8 @@ pub async fn extend(
     responses(
         (status = 200, description = "This region's units, from memory", body = SkuStatusBody, headers(("Cache-Control" = String, description = "`public, max-age=1`"))),
         (status = 400, description = "`BAD_REQUEST`: malformed SKU", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`: no such SKU for this tenant", body = OutcomeBody),
-        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        BuyerReadFailures,
     ),
     security(("bearer" = []))
 )]

@@ -4,17 +4,17 @@ pub mod admin;
 pub mod bodies;
 pub mod buyer;
 pub mod error;
+pub mod failures;
 pub mod json;
 pub mod openapi;
 pub mod ops;
 pub mod retention;
 
-use axum::error_handling::HandleErrorLayer;
-use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{BoxError, Router};
-use tower::ServiceBuilder;
+use service_kit::intake::{bounded, Intake};
+use utoipa::OpenApi;
 
 use crate::state::AppState;
 use error::ApiError;
@@ -34,7 +34,7 @@ pub fn router(state: AppState) -> Router {
     // Exported at 0 before the first shed: `increase()` over a counter
     // that appears already at 1 sees no increase, and the alert stays quiet.
     metrics::counter!("escrow_requests_shed_total").increment(0);
-    Router::new()
+    let routes = Router::new()
         .route("/v1/reservations", post(buyer::reserve))
         .route("/v1/reservations/{request_key}", get(buyer::get))
         .route(
@@ -59,16 +59,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/skus/{tenant}/{sku}/resume", post(admin::resume))
         .route("/v1/admin/audit", get(admin::audit))
         .route("/v1/admin/prune", post(retention::prune))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(openapi::document))
-        .layer(DefaultBodyLimit::max(json::BODY_BYTES_MAX))
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(shed))
-                .load_shed()
-                .concurrency_limit(REQUESTS_IN_FLIGHT_MAX),
-        )
-        .with_state(state)
+        .merge(service_kit::ops::routes(&openapi::ApiDoc::openapi()));
+    let intake = Intake {
+        body_bytes_max: json::BODY_BYTES_MAX,
+        requests_in_flight_max: REQUESTS_IN_FLIGHT_MAX,
+        request_timeout: None,
+    };
+    bounded(routes, intake, shed).with_state(state)
 }

@@ -3,25 +3,22 @@
 //! published interface cannot drift from the code, and a fuzzer
 //! (`scripts/api-fuzz`) checks the running agent against it.
 
-use std::sync::LazyLock;
+use service_kit::openapi::Completion;
+use service_kit::ops::OperationsDoc;
+use utoipa::OpenApi;
 
-use axum::http::header;
-use axum::response::IntoResponse;
-use utoipa::{Modify, OpenApi};
+use super::{admin, buyer, retention};
 
-use super::{admin, buyer, ops, retention};
-
-/// The document's description of both credentials as one bearer scheme.
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        service_kit::openapi::add_bearer(
-            openapi,
-            "A tenant key (`--tenant-key`) on the buyer API, the admin token (`--admin-token`) on the admin API",
-        );
-    }
-}
+/// What the document says beside the routes' annotations: which token goes
+/// where, and the operations endpoints.
+const COMPLETION: Completion = Completion {
+    bearer: "A tenant key (`--tenant-key`) on the buyer API, the admin token (`--admin-token`) on the admin API",
+    operations: OperationsDoc {
+        service: "agent",
+        ready_when: "the database answers, migrations are applied, and this\nprocess still holds its region.",
+        unready: "`database unavailable`, or `fenced` once another agent took the region",
+    },
+};
 
 /// The region agent's API.
 #[derive(OpenApi)]
@@ -44,34 +41,11 @@ impl Modify for BearerAuth {
         admin::resume,
         admin::audit,
         retention::prune,
-        ops::healthz,
-        ops::readyz,
-        ops::metrics,
-        document,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&COMPLETION),
     tags(
         (name = "buyer", description = "Reservations, with a tenant key"),
         (name = "admin", description = "SKUs of a standalone agent, with the admin token"),
-        (name = "operations", description = "Health, readiness, metrics and this document; no credentials"),
     )
 )]
 pub struct ApiDoc;
-
-/// The document as served, rendered once.
-static DOCUMENT: LazyLock<String> =
-    LazyLock::new(|| service_kit::openapi::render(&ApiDoc::openapi()));
-
-/// `GET /openapi.json`: this document.
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    tag = "operations",
-    responses((status = 200, description = "The OpenAPI 3.1 document of this agent", content_type = "application/json"))
-)]
-pub async fn document() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
-}

@@ -1,56 +1,23 @@
-//! Health, readiness and metrics endpoints for operators and orchestrators.
+//! What the agent tells the operations endpoints both services serve
+//! (`service_kit::ops`): it is not ready once fenced, and its clock's step
+//! is read when the metrics are scraped.
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use service_kit::ops::Operated;
 
 use crate::clock::SystemClock;
 use crate::state::AppState;
 
-/// `GET /healthz`: the process is up.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "operations",
-    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
-)]
-pub async fn healthz() -> &'static str {
-    "ok"
-}
-
-/// `GET /readyz`: the database answers, migrations are applied, and this
-/// process still holds its region.
-#[utoipa::path(
-    get,
-    path = "/readyz",
-    tag = "operations",
-    responses(
-        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
-        (status = 503, description = "`database unavailable`, or `fenced` once another agent took the region", body = String, content_type = "text/plain"),
-    )
-)]
-pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.fence().is_fenced() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "fenced").into_response();
-    }
-    match state.store().ready().await {
-        Ok(()) => "ready".into_response(),
-        Err(error) => {
-            tracing::warn!(%error, "not ready");
-            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+impl Operated for AppState {
+    async fn unready(&self) -> Option<&'static str> {
+        if self.fence().is_fenced() {
+            return Some("fenced");
         }
+        service_kit::ops::database_unready(self.store().ready().await)
     }
-}
 
-/// `GET /metrics`: Prometheus text.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "operations",
-    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
-)]
-pub async fn metrics(State(state): State<AppState>) -> String {
-    // Read when scraped: the gauge is as fresh as the scrape.
-    metrics::gauge!("escrow_clock_step_ms").set(SystemClock.step_ms() as f64);
-    state.metrics().render()
+    fn scrape(&self) -> String {
+        // Read when scraped: the gauge is as fresh as the scrape.
+        metrics::gauge!("escrow_clock_step_ms").set(SystemClock.step_ms() as f64);
+        self.metrics().render()
+    }
 }

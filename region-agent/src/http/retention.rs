@@ -8,11 +8,13 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use service_kit::retention::{PruneBody, PRUNE_BATCH};
+use service_kit::retention::{in_batches, PruneBody, PRUNE_BATCH};
 use utoipa::ToSchema;
 
+use super::admin::admin_only;
 use super::bodies::OutcomeBody;
 use super::error::ApiError;
+use super::failures::AdminReadFailures;
 use super::json::JsonBody;
 use crate::state::AppState;
 
@@ -34,9 +36,8 @@ pub struct PrunedBody {
     responses(
         (status = 200, description = "What was deleted: released and expired reservations whose hold ended before the window (their keys are unknown afterwards) and confirmed grants credited before it; SOLD and HELD reservations stay", body = PrunedBody),
         (status = 400, description = "`BAD_REQUEST`: bad body, or a window out of range", body = OutcomeBody),
-        (status = 401, description = "`UNAUTHORIZED`: missing or wrong admin token", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        AdminReadFailures,
     ),
     security(("bearer" = []))
 )]
@@ -45,23 +46,17 @@ pub async fn prune(
     headers: HeaderMap,
     JsonBody(body): JsonBody<PruneBody>,
 ) -> Result<Response, ApiError> {
-    if !state.auth().is_admin(&headers) {
-        return Err(ApiError::Unauthorized);
-    }
+    admin_only(&state, &headers)?;
     let before_ms = body.cut_ms(state.now_ms()).map_err(ApiError::BadRequest)?;
-    let (mut reservations, mut grants) = (0u64, 0u64);
-    loop {
+    let state = &state;
+    let [reservations, grants] = in_batches(|| async move {
         let pruned = state.store().prune(before_ms, PRUNE_BATCH).await?;
-        let deleted = pruned.reservations.len() as u64;
         for (tenant, key) in &pruned.reservations {
             state.keys().remove(tenant, key);
         }
-        reservations += deleted;
-        grants += pruned.grants;
-        if deleted < u64::from(PRUNE_BATCH) && pruned.grants < u64::from(PRUNE_BATCH) {
-            break;
-        }
-    }
+        Ok::<_, ApiError>([pruned.reservations.len() as u64, pruned.grants])
+    })
+    .await?;
     if reservations > 0 {
         state.keys().shrink();
     }

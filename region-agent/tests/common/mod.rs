@@ -8,15 +8,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use escrow_core::{RegionName, Tenant};
+use escrow_core::{RegionName, Sku, SkuSettings, Tenant};
 use region_agent::auth::Auth;
 use region_agent::clock::{Clock, ManualClock, SystemClock};
-use region_agent::owner::Limits;
+use region_agent::owner::{Limits, OwnerHandle};
 use region_agent::store::postgres::PgStore;
 use region_agent::store::sqlite::SqliteStore;
-use region_agent::store::Store;
+use region_agent::store::{Batch, Epoch, Store};
 use region_agent::{start, AgentSettings, AppState};
+use reqwest::StatusCode;
+use serde_json::Value;
 pub use test_support::*;
+use tokio::task::JoinHandle;
 
 /// Runs each `async fn NAME(db: TestDb)` named as `NAME::postgres` and
 /// `NAME::sqlite`, each on a fresh database with the agent's schema.
@@ -65,6 +68,30 @@ pub fn settings(limits: Limits) -> AgentSettings {
         coordinator: None,
         keys: region_agent::KeyMemory::default(),
     }
+}
+
+/// An empty batch of acme/drop at `now_ms`, for a test to fill.
+pub fn batch_at(now_ms: u64) -> Batch {
+    Batch::new(
+        Tenant::parse("acme").unwrap(),
+        Sku::parse("drop").unwrap(),
+        now_ms,
+    )
+}
+
+/// A store whose region lease is taken, holding SKU acme/drop of `total` units.
+pub async fn store_with_sku(db: &TestDb, total: u64) -> (Arc<dyn Store>, Epoch) {
+    let (store, _) = open_store(db).await;
+    let epoch = store
+        .take_lease(&RegionName::parse("eu").unwrap())
+        .await
+        .unwrap();
+    let (tenant, sku) = (Tenant::parse("acme").unwrap(), Sku::parse("drop").unwrap());
+    assert!(store
+        .create_sku(epoch, &tenant, &sku, SkuSettings::default(), total)
+        .await
+        .unwrap());
+    (store, epoch)
 }
 
 /// An agent serving on a loopback port.
@@ -130,6 +157,29 @@ impl TestAgent {
             }
             None => db.wait_for_lock_waiter().await,
         }
+    }
+
+    /// A reserve of `key` for `user` (of tenant `acme`) whose commit waits
+    /// on a lock the test holds: until the lock is released the SKU's owner
+    /// stays in that commit, and what is sent meanwhile queues behind it.
+    pub async fn reserve_held_at_commit(
+        &self,
+        db: &TestDb,
+        key: &str,
+        user: &str,
+        sku: &str,
+    ) -> (Locked, JoinHandle<(StatusCode, Value)>) {
+        let locked = db.lock_writes().await;
+        let reserve = self.api().spawn_reserve(key, user, sku);
+        self.wait_for_blocked_commit(db).await;
+        (locked, reserve)
+    }
+
+    /// The owner of `tenant`'s `sku`, which must exist; dropped before the
+    /// agent stops (its queue sender would keep the owner alive).
+    pub fn owner(&self, tenant: &str, sku: &str) -> OwnerHandle {
+        let (tenant, sku) = (Tenant::parse(tenant).unwrap(), Sku::parse(sku).unwrap());
+        self.state.registry().get(&tenant, &sku).unwrap()
     }
 
     /// Graceful shutdown: waits until every in-flight request is answered.
