@@ -185,12 +185,7 @@ async fn sell_through_a_full_disk(disk: &TinyDisk, port: u16) -> usize {
     }
     reserve_all("after", 300).await;
 
-    let mut stored = std::collections::BTreeMap::new();
-    for key in history.held_keys().keys() {
-        let (status, body) = api.get(key).await;
-        assert_eq!(status, StatusCode::OK, "{key}: {body}");
-        stored.insert(key.clone(), body["status"].as_str().unwrap().to_owned());
-    }
+    let stored = history.read_back(&api).await;
     let audit = api.assert_no_drift().await;
     let held = audit["skus"][0]["held"].as_u64().unwrap();
     // 50 before, the probe, every retried key and the 300 after.

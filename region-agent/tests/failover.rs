@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,12 +91,7 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
     }
     reserve_all("after", 100).await;
 
-    let mut stored = BTreeMap::new();
-    for key in history.held_keys().keys() {
-        let (status, body) = api.get(key).await;
-        assert_eq!(status, StatusCode::OK, "{key}: {body}");
-        stored.insert(key.clone(), body["status"].as_str().unwrap().to_owned());
-    }
+    let stored = history.read_back(&api).await;
     let audit = api.assert_no_drift().await;
     let held = audit["skus"][0]["held"].as_u64().unwrap();
     // 100 before, the probe, the 100 during the failover (each retried

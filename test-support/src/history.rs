@@ -193,6 +193,19 @@ impl History {
             .collect()
     }
 
+    /// Each held key's status as `api` (the one region that held them all)
+    /// reads it now; fails if any is not there.
+    pub async fn read_back(&self, api: &Api) -> BTreeMap<String, String> {
+        let mut stored = BTreeMap::new();
+        for key in self.held_keys().into_keys() {
+            let (status, body) = api.get(&key).await;
+            assert_eq!(status, StatusCode::OK, "{key}: {body}");
+            let read = body["status"].as_str().unwrap_or_default().to_owned();
+            stored.insert(key, read);
+        }
+        stored
+    }
+
     /// Runs every check, given each held key's status afterwards
     /// (`final_status`, from the region that held it); panics with every
     /// violation and the schedule if any fails.
