@@ -167,22 +167,13 @@ async fn sell_through_a_full_disk(disk: &TinyDisk, port: u16) -> usize {
 
     std::fs::remove_file(&filler).unwrap();
     // Buyers retry their refused keys (a 503 is always safe to retry), and new ones come.
-    let retried: Vec<String> = history
-        .ops()
-        .iter()
-        .filter(|op| op.status != Some(StatusCode::CREATED))
-        .map(|op| op.key.clone())
-        .collect();
     eventually(
         "the agent sells again",
         Duration::from_secs(20),
         async || api.reserve("probe", "probe", "drop").await.0 == StatusCode::CREATED,
     )
     .await;
-    for key in &retried {
-        let answer = api.reserve_until_final(key, key, "drop").await;
-        assert!(answer.status.is_success(), "{key}: {answer:?}");
-    }
+    history.retry_refused(&api, "drop").await;
     reserve_all("after", 300).await;
 
     let stored = history.read_back(&api).await;

@@ -79,16 +79,7 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
         async || api.reserve("probe", "probe", "drop").await.0 == StatusCode::CREATED,
     )
     .await;
-    let retried: Vec<String> = history
-        .ops()
-        .iter()
-        .filter(|op| op.status != Some(StatusCode::CREATED))
-        .map(|op| op.key.clone())
-        .collect();
-    for key in &retried {
-        let answer = api.reserve_until_final(key, key, "drop").await;
-        assert!(answer.status.is_success(), "{key}: {answer:?}");
-    }
+    history.retry_refused(&api, "drop").await;
     reserve_all("after", 100).await;
 
     let stored = history.read_back(&api).await;

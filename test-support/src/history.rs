@@ -193,6 +193,22 @@ impl History {
             .collect()
     }
 
+    /// Retries every request not answered 201, with its own key, until
+    /// its answer is final, which must be a success (a 503 is always safe
+    /// to retry): what a browser whose buyer waits does.
+    pub async fn retry_refused(&self, api: &Api, sku: &str) {
+        let refused: Vec<String> = self
+            .ops()
+            .into_iter()
+            .filter(|op| op.status != Some(StatusCode::CREATED))
+            .map(|op| op.key)
+            .collect();
+        for key in &refused {
+            let answer = api.reserve_until_final(key, key, sku).await;
+            assert!(answer.status.is_success(), "{key}: {answer:?}");
+        }
+    }
+
     /// Each held key's status as `api` (the one region that held them all)
     /// reads it now; fails if any is not there.
     pub async fn read_back(&self, api: &Api) -> BTreeMap<String, String> {
