@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use escrow_core::protocol::{SkuReport, SyncRequest, SyncResponse, TakeRequest};
-use escrow_core::Reports;
+use escrow_core::{IdError, Reports, TransferId};
 use harness::client::{Bearer, Conn};
 use harness::database::ScratchDb;
 use harness::process::{free_addr, ServerProcess, Terminal};
@@ -107,9 +107,9 @@ struct Agent {
     sold: Vec<u64>,
     /// What the coordinator answered of this agent's reports.
     reports: Reports,
-    acks: Vec<String>,
+    acks: Vec<TransferId>,
     /// Grants credited, so a grant listed again is credited once.
-    credited: HashSet<String>,
+    credited: HashSet<TransferId>,
 }
 
 impl Agent {
@@ -153,8 +153,8 @@ impl Agent {
         self.seq += 1;
         let all = (0..self.available.len())
             .map(|i| SkuReport {
-                tenant: TENANT.to_owned(),
-                sku: Self::sku_name(i, escrow),
+                tenant: ident(TENANT),
+                sku: ident(Self::sku_name(i, escrow)),
                 available: self.available[i],
                 held: 0,
                 sold: self.sold[i],
@@ -189,7 +189,7 @@ impl Agent {
         let resp: SyncResponse = serde_json::from_slice(&bytes)?;
         for grant in resp.grants {
             if self.credited.insert(grant.id.clone()) {
-                let index = sku_index(&grant.sku, escrow)?;
+                let index = sku_index(grant.sku.as_str(), escrow)?;
                 self.available[index] += grant.units;
             }
             self.acks.push(grant.id);
@@ -201,6 +201,11 @@ impl Agent {
 fn sku_index(sku: &str, escrow: usize) -> anyhow::Result<usize> {
     let n: usize = sku[1..].parse().context("a SKU name this run made")?;
     Ok(if sku.starts_with('s') { n } else { escrow + n })
+}
+
+/// A name this run makes, as the identifier type a message carries.
+fn ident<T: TryFrom<String, Error = IdError>>(raw: impl Into<String>) -> T {
+    T::try_from(raw.into()).expect("the names this run makes are valid identifiers")
 }
 
 fn region_name(i: usize) -> String {
@@ -428,9 +433,9 @@ async fn takes_with_syncs(
                 while Instant::now() < until {
                     n += 1;
                     let req = TakeRequest {
-                        id: format!("t-{region}-{t}-{n}"),
-                        tenant: TENANT.to_owned(),
-                        sku: format!("c{:05}", (taker * 7_919 + n) as usize % central),
+                        id: ident(format!("t-{region}-{t}-{n}")),
+                        tenant: ident(TENANT),
+                        sku: ident(format!("c{:05}", (taker * 7_919 + n) as usize % central)),
                         units: 1,
                         prefetch: 0,
                         received: 0,

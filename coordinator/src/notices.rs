@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use escrow_core::RegionName;
+use escrow_core::{RegionName, Sku, Tenant};
 use tokio::sync::watch;
 
 /// Longest a watch call is held open, whatever the agent asks; shorter
@@ -34,7 +34,7 @@ pub const NEWS_SKUS_MAX: usize = 4_096;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct News {
     /// SKUs whose directive for the region changed.
-    pub skus: BTreeSet<(String, String)>,
+    pub skus: BTreeSet<(Tenant, Sku)>,
     /// Every SKU of the region may have news: the coordinator started
     /// since the region's last sync, or more than [`NEWS_SKUS_MAX`] changed.
     pub all: bool,
@@ -48,7 +48,7 @@ impl News {
         }
     }
 
-    fn add(&mut self, key: (String, String)) {
+    fn add(&mut self, key: (Tenant, Sku)) {
         if self.all {
             return;
         }
@@ -85,11 +85,11 @@ impl Notices {
     }
 
     /// `tenant/sku` has news for `region`, for its next sync.
-    pub fn record(&self, region: &RegionName, tenant: &str, sku: &str) {
+    pub fn record(&self, region: &RegionName, tenant: &Tenant, sku: &Sku) {
         self.news_map()
             .entry(region.clone())
             .or_insert_with(News::everything)
-            .add((tenant.to_owned(), sku.to_owned()));
+            .add((tenant.clone(), sku.clone()));
     }
 
     /// The region's news, which its sync now answers; from now on its news
@@ -160,14 +160,15 @@ mod tests {
         let eu = RegionName::parse("eu").unwrap();
         assert!(notices.take_news(&eu).all, "first sight");
         assert_eq!(notices.take_news(&eu), News::default());
-        notices.record(&eu, "t", "a");
+        let t = Tenant::parse("t").unwrap();
+        notices.record(&eu, &t, &Sku::parse("a").unwrap());
         let news = notices.take_news(&eu);
         assert_eq!(news.skus.len(), 1);
         assert_eq!(notices.take_news(&eu), News::default(), "taken once");
         notices.restore_news(&eu, news.clone());
         assert_eq!(notices.take_news(&eu), news);
         for i in 0..=NEWS_SKUS_MAX {
-            notices.record(&eu, "t", &format!("s{i}"));
+            notices.record(&eu, &t, &Sku::parse(&format!("s{i}")).unwrap());
         }
         assert!(notices.take_news(&eu).all);
     }

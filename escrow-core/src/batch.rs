@@ -6,7 +6,7 @@
 //! know (a key taken meanwhile, grants already credited). The region agent's store and the simulator's book both take
 //! these types, so both drivers commit the same decisions.
 
-use crate::ids::{Qty, RequestKey, Sku, SkuSettings, Tenant, UserId};
+use crate::ids::{Qty, RequestKey, Sku, SkuSettings, Tenant, TransferId, UserId};
 use crate::ledger::Ledger;
 use crate::policy::Mode;
 use crate::protocol::TransferMsg;
@@ -119,7 +119,7 @@ pub struct BatchOutcome {
     /// For each of `Batch::holds`, whether its row was inserted.
     pub inserted: Vec<bool>,
     /// Ids of grants credited now (not seen before).
-    pub applied_grants: Vec<String>,
+    pub applied_grants: Vec<TransferId>,
 }
 
 /// One SKU as stored: counters, settings, and what its rows add up to.

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Longest identifier accepted (tenant, sku, user id, request key).
 pub const ID_LEN_MAX: usize = 128;
@@ -76,8 +76,8 @@ fn check_ident(field: &'static str, raw: &str) -> Result<(), IdError> {
 macro_rules! ident {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-        #[serde(transparent)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
 
         impl $name {
@@ -98,6 +98,34 @@ macro_rules! ident {
                 f.write_str(&self.0)
             }
         }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+
+            fn try_from(raw: String) -> Result<Self, IdError> {
+                check_ident($field, &raw)?;
+                Ok(Self(raw))
+            }
+        }
+
     };
 }
 
@@ -120,6 +148,11 @@ ident!(
     /// The buyer's idempotency key: one key, at most one reservation.
     RequestKey,
     "request_key"
+);
+ident!(
+    /// A transfer's id, chosen by its sender: the receiver applies each id once.
+    TransferId,
+    "transfer id"
 );
 
 /// A region's name, `[a-z0-9-]{1,32}`.

@@ -43,7 +43,9 @@ pub use allocation::{
     TakeHistory, Taken,
 };
 pub use book::Book;
-pub use ids::{IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TtlMs, UserId};
+pub use ids::{
+    IdError, Qty, RegionName, RequestKey, Sku, SkuSettings, Tenant, TransferId, TtlMs, UserId,
+};
 pub use ledger::{Ledger, LedgerError};
 pub use policy::{Mode, Plan, Policy, RegionState, SkuState, TakeDecision};
 pub use policy_choice::{ChoiceError, PolicyChoice};

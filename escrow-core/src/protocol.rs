@@ -28,6 +28,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{Sku, Tenant, TransferId};
 use crate::policy::Mode;
 
 /// An agent sends a full sync (every SKU reported, every directive
@@ -46,13 +47,14 @@ pub const RATE_CHANGE_MIN_PER_S: f64 = 0.05;
 #[serde(deny_unknown_fields)]
 pub struct TransferMsg {
     /// Unique id chosen by the sender; the receiver applies each id once.
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: TransferId,
     /// The SKU's tenant.
-    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
-    pub tenant: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "acme"))]
+    pub tenant: Tenant,
     /// The SKU.
-    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
-    pub sku: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "drop"))]
+    pub sku: Sku,
     /// Units moved, at least 1.
     pub units: u64,
 }
@@ -73,11 +75,11 @@ pub fn merge_transfers(kept: &mut Vec<TransferMsg>, more: impl IntoIterator<Item
 #[serde(deny_unknown_fields)]
 pub struct SkuReport {
     /// The SKU's tenant.
-    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
-    pub tenant: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "acme"))]
+    pub tenant: Tenant,
     /// The SKU.
-    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
-    pub sku: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "drop"))]
+    pub sku: Sku,
     /// Units that may be held now.
     pub available: u64,
     /// Units held.
@@ -122,7 +124,8 @@ pub struct SyncRequest {
     /// SKU the agent has when `full`.
     pub skus: Vec<SkuReport>,
     /// Ids of grants the agent applied and has not seen confirmed.
-    pub acks: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub acks: Vec<TransferId>,
     /// Returns the agent debited and has not seen applied.
     pub returns: Vec<TransferMsg>,
     /// `skus` lists every SKU, and the answer carries a directive for every
@@ -138,11 +141,11 @@ pub struct SyncRequest {
 #[serde(deny_unknown_fields)]
 pub struct SkuDirective {
     /// The SKU's tenant.
-    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
-    pub tenant: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "acme"))]
+    pub tenant: Tenant,
     /// The SKU.
-    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
-    pub sku: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "drop"))]
+    pub sku: Sku,
     /// Escrow or central.
     pub mode: Mode,
     /// Stop selling.
@@ -156,7 +159,8 @@ pub struct SkuDirective {
     /// makes the region give back twice.
     pub return_until: u64,
     /// Nothing is free anywhere: answer SOLD_OUT without asking.
-    pub sold_out: bool,
+    #[serde(alias = "sold_out")]
+    pub sold_out_everywhere: bool,
 }
 
 /// Coordinator -> agent, the answer to a [`SyncRequest`].
@@ -167,9 +171,11 @@ pub struct SyncResponse {
     /// Every grant to this region not yet acknowledged.
     pub grants: Vec<TransferMsg>,
     /// Acks the coordinator has recorded (the agent may forget them).
-    pub confirmed: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub confirmed: Vec<TransferId>,
     /// Returns the coordinator has applied (the agent may forget them).
-    pub applied_returns: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub applied_returns: Vec<TransferId>,
     /// One directive per SKU this region takes part in, for a `full`
     /// request; otherwise one per SKU the request reported or returned
     /// units of, per SKU with a grant listed here, and per SKU whose
@@ -227,13 +233,14 @@ pub struct WatchResponse {
 #[serde(deny_unknown_fields)]
 pub struct TakeRequest {
     /// Idempotency id; becomes the grant's id, so a retry gets the same grant.
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: TransferId,
     /// The SKU's tenant.
-    #[cfg_attr(feature = "openapi", schema(example = "acme"))]
-    pub tenant: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "acme"))]
+    pub tenant: Tenant,
     /// The SKU.
-    #[cfg_attr(feature = "openapi", schema(example = "drop"))]
-    pub sku: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "drop"))]
+    pub sku: Sku,
     /// Units its waiting buyers need, at least 1.
     pub units: u64,
     /// Units wanted beyond `units` for the region's next buyers; the
@@ -257,7 +264,8 @@ pub struct TakeResponse {
     /// The grant made (possibly fewer units than asked), if any.
     pub grant: Option<TransferMsg>,
     /// No unit is free anywhere: the units not granted are sold out.
-    pub exhausted: bool,
+    #[serde(alias = "exhausted")]
+    pub sold_out_everywhere: bool,
     /// The SKU is paused at the coordinator.
     pub paused: bool,
 }
@@ -268,8 +276,8 @@ mod tests {
 
     fn report(available: u64, sale_rate_per_s: f64) -> SkuReport {
         SkuReport {
-            tenant: "t".into(),
-            sku: "s".into(),
+            tenant: Tenant::parse("t").unwrap(),
+            sku: Sku::parse("s").unwrap(),
             available,
             held: 0,
             sold: 0,
@@ -296,5 +304,48 @@ mod tests {
         let json = r#"{"epoch":1,"seq":1,"rtt_ms":0,"skus":[],"acks":[],"returns":[]}"#;
         let req: SyncRequest = serde_json::from_str(json).unwrap();
         assert!(req.full);
+    }
+
+    /// Goal: an id that breaks the identifier rules is refused when the
+    /// message is read, so no code further in sees it.
+    #[test]
+    fn a_message_with_a_bad_id_is_refused_at_the_boundary() {
+        let good = r#"{"id":"g-1","tenant":"acme","sku":"drop","units":1}"#;
+        let t: TransferMsg = serde_json::from_str(good).unwrap();
+        assert_eq!((t.id.as_str(), t.tenant.as_str()), ("g-1", "acme"));
+        for bad in [
+            r#"{"id":"","tenant":"acme","sku":"drop","units":1}"#,
+            r#"{"id":"g-1","tenant":"ac me","sku":"drop","units":1}"#,
+            r#"{"id":"g-1","tenant":"acme","sku":"dr/op","units":1}"#,
+        ] {
+            assert!(serde_json::from_str::<TransferMsg>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Goal: "sold out everywhere" has one name on the wire; a coordinator
+    /// of the previous release, which sends `exhausted` and `sold_out`, is
+    /// still understood.
+    #[test]
+    fn sold_out_everywhere_is_read_under_its_old_names() {
+        let old = r#"{"grant":null,"exhausted":true,"paused":false}"#;
+        assert!(
+            serde_json::from_str::<TakeResponse>(old)
+                .unwrap()
+                .sold_out_everywhere
+        );
+        let new = serde_json::to_value(TakeResponse {
+            grant: None,
+            sold_out_everywhere: true,
+            paused: false,
+        })
+        .unwrap();
+        assert_eq!(new["sold_out_everywhere"], true);
+        let old = r#"{"tenant":"t","sku":"s","mode":"ESCROW","paused":false,"max_per_user":1,
+                      "hold_ttl_ms":1000,"return_until":0,"sold_out":true}"#;
+        assert!(
+            serde_json::from_str::<SkuDirective>(old)
+                .unwrap()
+                .sold_out_everywhere
+        );
     }
 }

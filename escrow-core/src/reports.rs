@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use crate::ids::{Sku, Tenant};
 use crate::protocol::{SkuReport, SyncRequest, TransferMsg, FULL_SYNC_EVERY};
 
 /// What the coordinator has of one agent process's reports: per SKU, the
@@ -20,7 +21,7 @@ use crate::protocol::{SkuReport, SyncRequest, TransferMsg, FULL_SYNC_EVERY};
 /// process starts with [`Reports::default`], so its first sync is full.
 #[derive(Debug, Clone, Default)]
 pub struct Reports {
-    answered: HashMap<(String, String), SkuReport>,
+    answered: HashMap<(Tenant, Sku), SkuReport>,
     /// Syncs answered since the last full one answered; `None`: the next is full.
     since_full: Option<u64>,
 }
@@ -87,11 +88,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ids::TransferId;
 
     fn report(sku: &str, available: u64) -> SkuReport {
         SkuReport {
-            tenant: "t".into(),
-            sku: sku.into(),
+            tenant: Tenant::parse("t").unwrap(),
+            sku: Sku::parse(sku).unwrap(),
             available,
             held: 0,
             sold: 0,
@@ -113,9 +115,9 @@ mod tests {
 
     fn ret(sku: &str) -> TransferMsg {
         TransferMsg {
-            id: format!("r-{sku}"),
-            tenant: "t".into(),
-            sku: sku.into(),
+            id: TransferId::parse(&format!("r-{sku}")).unwrap(),
+            tenant: Tenant::parse("t").unwrap(),
+            sku: Sku::parse(sku).unwrap(),
             units: 1,
         }
     }
@@ -236,7 +238,7 @@ mod tests {
             steps in proptest::collection::vec(step(), 1..300)
         ) {
             let mut reports = Reports::default();
-            let mut view: HashMap<String, SkuReport> = HashMap::new();
+            let mut view: HashMap<Sku, SkuReport> = HashMap::new();
             let mut since_full = 0u64;
             for s in steps {
                 let all: Vec<SkuReport> = s

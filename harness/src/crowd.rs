@@ -242,11 +242,28 @@ impl Pool {
     }
 
     /// Posts on an idle connection (or a new one); `None` without an answer.
+    ///
+    /// An idle connection that fails was most likely closed by the agent
+    /// (a restart), and so were the others it kept: they are dropped and
+    /// the request goes again on a new connection, as a browser's would
+    /// (every buyer request is idempotent by its key).
     async fn post(&self, path: &str, bearer: &Bearer, body: Option<Bytes>) -> Option<Answer> {
-        let mut conn = match self.take() {
-            Some(conn) => conn,
-            None => Conn::connect(self.addr).await.ok()?,
-        };
+        if let Some(mut conn) = self.take() {
+            match conn
+                .exchange(hyper::Method::POST, path, bearer, body.clone())
+                .await
+            {
+                Ok(answer) => {
+                    self.give_back(conn);
+                    return Some(answer);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "kept-alive connection failed; idle ones dropped");
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                }
+            }
+        }
+        let mut conn = Conn::connect(self.addr).await.ok()?;
         match conn.exchange(hyper::Method::POST, path, bearer, body).await {
             Ok(answer) => {
                 self.give_back(conn);

@@ -68,8 +68,8 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             .skus
             .iter()
             .map(|(tenant, sku, ledger)| SkuReport {
-                tenant: tenant.to_string(),
-                sku: sku.to_string(),
+                tenant: tenant.clone(),
+                sku: sku.clone(),
                 available: ledger.available,
                 held: ledger.held,
                 sold: ledger.sold,
@@ -171,7 +171,7 @@ async fn apply(state: &AppState, resp: SyncResponse) {
 /// a sync's answer or a watch's; a SKU the agent does not have yet is
 /// created from its directive.
 async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Vec<TransferMsg>) {
-    let mut grants: HashMap<(String, String), Vec<TransferMsg>> = HashMap::new();
+    let mut grants: HashMap<(Tenant, Sku), Vec<TransferMsg>> = HashMap::new();
     for grant in all {
         grants
             .entry((grant.tenant.clone(), grant.sku.clone()))
@@ -179,12 +179,8 @@ async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Ve
             .push(grant);
     }
     for directive in directives {
-        let (Ok(tenant), Ok(sku)) = (Tenant::parse(&directive.tenant), Sku::parse(&directive.sku))
-        else {
-            tracing::warn!(tenant = %directive.tenant, sku = %directive.sku, "directive with a bad id ignored");
-            continue;
-        };
-        let handle = match state.registry().get(&tenant, &sku) {
+        let (tenant, sku) = (&directive.tenant, &directive.sku);
+        let handle = match state.registry().get(tenant, sku) {
             Some(handle) => handle,
             None => {
                 let settings = SkuSettings::parse(
@@ -192,9 +188,9 @@ async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Ve
                     Some(directive.hold_ttl_ms as i64),
                 )
                 .unwrap_or_default();
-                match state.registry().create(&tenant, &sku, settings, 0).await {
+                match state.registry().create(tenant, sku, settings, 0).await {
                     Ok(Some(handle)) => handle,
-                    Ok(None) => match state.registry().get(&tenant, &sku) {
+                    Ok(None) => match state.registry().get(tenant, sku) {
                         Some(handle) => handle,
                         None => continue,
                     },

@@ -16,7 +16,7 @@ use escrow_core::protocol::{
     SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg, WatchRequest,
     WatchResponse,
 };
-use escrow_core::Mode;
+use escrow_core::{Mode, Sku, Tenant, TransferId};
 use region_agent::clock::SystemClock;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use region_agent::owner::Limits;
@@ -37,14 +37,14 @@ struct Scripted {
 
 fn directive(mode: Mode, return_until: u64) -> SkuDirective {
     SkuDirective {
-        tenant: "acme".into(),
-        sku: "tee".into(),
+        tenant: Tenant::parse("acme").unwrap(),
+        sku: Sku::parse("tee").unwrap(),
         mode,
         paused: false,
         max_per_user: 1,
         hold_ttl_ms: 600_000,
         return_until,
-        sold_out: false,
+        sold_out_everywhere: false,
     }
 }
 
@@ -68,9 +68,9 @@ impl CoordinatorClient for Scripted {
             resp.skus.push(d);
             if !acked {
                 resp.grants.push(TransferMsg {
-                    id: GRANT.into(),
-                    tenant: "acme".into(),
-                    sku: "tee".into(),
+                    id: TransferId::parse(GRANT).unwrap(),
+                    tenant: Tenant::parse("acme").unwrap(),
+                    sku: Sku::parse("tee").unwrap(),
                     units: 100,
                 });
             }
@@ -87,7 +87,7 @@ impl CoordinatorClient for Scripted {
     async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {
         Ok(TakeResponse {
             grant: None,
-            exhausted: false,
+            sold_out_everywhere: false,
             paused: false,
         })
     }

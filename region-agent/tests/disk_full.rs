@@ -20,7 +20,7 @@ use sqlx::{Connection, PgConnection};
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
 use test_support::tools::skip_without;
-use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+use test_support::{free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
 /// A tmpfs mounted for the test, unmounted on drop.
 struct TinyDisk(PathBuf);
@@ -167,13 +167,7 @@ async fn sell_through_a_full_disk(disk: &TinyDisk, port: u16) -> usize {
 
     std::fs::remove_file(&filler).unwrap();
     // Buyers retry their refused keys (a 503 is always safe to retry), and new ones come.
-    eventually(
-        "the agent sells again",
-        Duration::from_secs(20),
-        async || api.reserve("probe", "probe", "drop").await.0 == StatusCode::CREATED,
-    )
-    .await;
-    history.retry_refused(&api, "drop").await;
+    history.recover(&api, "drop", Duration::from_secs(20)).await;
     reserve_all("after", 300).await;
 
     let stored = history.read_back(&api).await;

@@ -16,7 +16,7 @@ use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
-use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+use test_support::{free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
 /// Goal: a region survives losing its database's primary. 100 holds, the
 /// primary killed, 100 buyers reserving while no primary exists and while
@@ -73,13 +73,7 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
     reserve_all("no-primary", 50).await;
     standby.promote();
     reserve_all("promoted", 50).await;
-    eventually(
-        "the agent sells again",
-        Duration::from_secs(15),
-        async || api.reserve("probe", "probe", "drop").await.0 == StatusCode::CREATED,
-    )
-    .await;
-    history.retry_refused(&api, "drop").await;
+    history.recover(&api, "drop", Duration::from_secs(15)).await;
     reserve_all("after", 100).await;
 
     let stored = history.read_back(&api).await;

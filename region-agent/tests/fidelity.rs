@@ -19,7 +19,7 @@ use escrow_core::owner::{Action, Command, Io, OwnerConfig, ReserveRequest, SkuOw
 use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use escrow_core::{
     Book, Deadline, Mode, Qty, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant,
-    UserId,
+    TransferId, UserId,
 };
 use region_agent::store::postgres::PgStore;
 use region_agent::store::{Epoch, Store};
@@ -30,10 +30,10 @@ use test_support::draw::Draw;
 const T0_MS: u64 = 1_700_000_000_000;
 
 /// The coordinator, scripted the same for both owners: a pool that grants
-/// what it has and says exhausted only when nothing is left anywhere.
+/// what it has and says sold_out_everywhere only when nothing is left anywhere.
 struct Pool {
     units: u64,
-    in_transit: BTreeMap<String, u64>,
+    in_transit: BTreeMap<TransferId, u64>,
 }
 
 impl Pool {
@@ -51,7 +51,9 @@ impl Pool {
         }
         TakeResponse {
             grant,
-            exhausted: granted < req.units && self.units == 0 && self.in_transit.is_empty(),
+            sold_out_everywhere: granted < req.units
+                && self.units == 0
+                && self.in_transit.is_empty(),
             paused: false,
         }
     }
@@ -230,14 +232,14 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
             _ => {
                 recalled += stream.below(2);
                 let directive = SkuDirective {
-                    tenant: "acme".into(),
-                    sku: "tee".into(),
+                    tenant: Tenant::parse("acme").unwrap(),
+                    sku: Sku::parse("tee").unwrap(),
                     mode: Mode::Escrow,
                     paused: false,
                     max_per_user: 2,
                     hold_ttl_ms: 5_000,
                     return_until: recalled,
-                    sold_out: false,
+                    sold_out_everywhere: false,
                 };
                 let grants: Vec<TransferMsg> = pair
                     .pool
@@ -245,8 +247,8 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
                     .iter()
                     .map(|(id, units)| TransferMsg {
                         id: id.clone(),
-                        tenant: "acme".into(),
-                        sku: "tee".into(),
+                        tenant: Tenant::parse("acme").unwrap(),
+                        sku: Sku::parse("tee").unwrap(),
                         units: *units,
                     })
                     .collect();

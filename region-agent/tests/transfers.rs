@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use escrow_core::protocol::TransferMsg;
+use escrow_core::{Sku, Tenant, TransferId};
 use region_agent::store::StoreError;
 
 conformance!(
@@ -19,9 +20,9 @@ conformance!(
 
 fn transfer(id: &str, units: u64) -> TransferMsg {
     TransferMsg {
-        id: id.into(),
-        tenant: "acme".into(),
-        sku: "drop".into(),
+        id: TransferId::parse(id).unwrap(),
+        tenant: Tenant::parse("acme").unwrap(),
+        sku: Sku::parse("drop").unwrap(),
         units,
     }
 }
@@ -60,8 +61,14 @@ async fn a_grant_is_credited_once_and_a_return_debited_with_its_outbox_row(db: T
     // The same return id again is a second return, which the outbox refuses.
     assert!(store.commit(epoch, &return_units).await.is_err());
 
-    store.confirm_grants(&["g1".into()]).await.unwrap();
-    store.forget_returns(&["r1".into()]).await.unwrap();
+    store
+        .confirm_grants(&[TransferId::parse("g1").unwrap()])
+        .await
+        .unwrap();
+    store
+        .forget_returns(&[TransferId::parse("r1").unwrap()])
+        .await
+        .unwrap();
     let snapshot = store.sync_snapshot().await.unwrap();
     assert_eq!(snapshot.unconfirmed_grants, ["g2"]);
     assert!(snapshot.pending_returns.is_empty());

@@ -15,7 +15,7 @@ use escrow_core::allocation::{
     self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
 };
 use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse};
-use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant};
+use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant, TransferId};
 
 /// The coordinator of one SKU.
 #[derive(Debug)]
@@ -26,9 +26,9 @@ pub struct Coordinator {
     policy: Box<dyn Policy>,
     sessions: Vec<Option<AgentSession>>,
     /// Ids of returns applied, per region.
-    pub applied_returns: Vec<HashSet<String>>,
+    pub applied_returns: Vec<HashSet<TransferId>>,
     /// Take ids that were granted units: the region and how many.
-    take_grants: HashMap<String, (usize, u64)>,
+    take_grants: HashMap<TransferId, (usize, u64)>,
     grant_seq: u64,
     busy_until_us: u64,
     service_us: u64,
@@ -40,25 +40,25 @@ pub struct Coordinator {
 #[derive(Debug, Clone)]
 pub struct SkuIdentity {
     /// Tenant name.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// SKU name.
-    pub sku: String,
+    pub sku: Sku,
     /// Units per reservation at most.
     pub max_per_user: u32,
     /// Default hold.
     pub hold_ttl_ms: u64,
 }
 
-fn next_grant_id(seq: &mut u64) -> String {
+fn next_grant_id(seq: &mut u64) -> TransferId {
     *seq += 1;
-    format!("g-{seq}")
+    TransferId::try_from(format!("g-{seq}")).expect("g- and a number is a valid id")
 }
 
 impl Coordinator {
     /// A new SKU of `total` units split by `policy` over regions of `weights`.
     ///
-    /// Panics if the identity is not valid: the world builds it from fixed
-    /// names and from settings it has already checked.
+    /// Panics if the settings are not valid: the world has already checked
+    /// them.
     pub fn new(
         total: u64,
         weights: Vec<u32>,
@@ -73,8 +73,8 @@ impl Coordinator {
         .expect("the world checked the SKU's settings");
         let mut grant_seq = 0;
         let (allocation, _) = Allocation::create(
-            Tenant::parse(&id.tenant).expect("the simulated tenant is a valid name"),
-            Sku::parse(&id.sku).expect("the simulated SKU is a valid name"),
+            id.tenant,
+            id.sku,
             total,
             settings,
             &weights,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
-use escrow_core::{Book, Mode, RequestKey, Reservation, Status, Tenant};
+use escrow_core::{Book, Mode, RequestKey, Reservation, Status, Tenant, TransferId};
 
 /// One SKU's stored state in one region.
 #[derive(Debug, Clone)]
@@ -24,11 +24,11 @@ pub struct Database {
     /// Escrow or central, as stored.
     pub mode: Mode,
     /// Ids of grants credited: a duplicate grant is recognised and ignored.
-    pub applied_grants: HashSet<String>,
+    pub applied_grants: HashSet<TransferId>,
     /// Grants credited and not yet confirmed by the coordinator.
-    pub pending_acks: Vec<String>,
+    pub pending_acks: Vec<TransferId>,
     /// Returns debited and not yet confirmed applied, by id.
-    pub returns: BTreeMap<String, u64>,
+    pub returns: BTreeMap<TransferId, u64>,
 }
 
 impl Database {

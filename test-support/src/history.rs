@@ -24,6 +24,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::api::Api;
+use crate::poll::eventually;
 
 /// One reserve request and its answer.
 #[derive(Debug, Clone)]
@@ -191,6 +192,16 @@ impl History {
             .filter(Op::is_held)
             .map(|op| (op.key, op.region))
             .collect()
+    }
+
+    /// After a fault is over: waits (up to `within`) until `api` holds a
+    /// new probe key of `sku` again, then [`History::retry_refused`].
+    pub async fn recover(&self, api: &Api, sku: &str, within: Duration) {
+        eventually("the agent sells again", within, async || {
+            api.reserve("probe", "probe", sku).await.0 == StatusCode::CREATED
+        })
+        .await;
+        self.retry_refused(api, sku).await;
     }
 
     /// Retries every request not answered 201, with its own key, until

@@ -110,8 +110,7 @@ impl Store {
         if !claim(&mut tx, key).await? {
             return Ok(Applied::Replayed);
         }
-        let existing =
-            load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate).await?;
+        let existing = load_to_change(&mut tx, tenant, sku, Lock::ForUpdate).await?;
         let created = existing.is_none();
         let stored_policy = existing.as_ref().and_then(|l| l.policy.as_ref());
         let chosen = policies
@@ -234,7 +233,7 @@ impl Store {
         if !claim(&mut tx, key).await? {
             return Ok(Applied::Replayed);
         }
-        let mut loaded = load_to_change(&mut tx, tenant.as_str(), sku.as_str(), Lock::ForUpdate)
+        let mut loaded = load_to_change(&mut tx, tenant, sku, Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
         let before = loaded.allocation.clone();

@@ -62,6 +62,15 @@ fn corrupt<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> StoreError
     move |e| StoreError::Corrupt(format!("stored {what}: {e}"))
 }
 
+/// A text column holding an identifier, parsed into its type.
+pub(super) fn ident<T>(row: &Row, name: &'static str) -> Result<T, StoreError>
+where
+    T: TryFrom<String>,
+    T::Error: std::fmt::Display,
+{
+    T::try_from(row.try_get::<String>(name)?).map_err(corrupt(name))
+}
+
 fn millis(at: DateTime<Utc>) -> Result<u64, StoreError> {
     count(at.timestamp_millis(), "report time")
 }
@@ -76,8 +85,8 @@ pub(super) fn timestamp(ms: u64) -> Result<DateTime<Utc>, StoreError> {
 /// and a corrupt SKU must stop selling rather than sell on; the audit shows it).
 pub(super) async fn load_to_change(
     conn: &mut Tx,
-    tenant: &str,
-    sku: &str,
+    tenant: &Tenant,
+    sku: &Sku,
     lock: Lock,
 ) -> Result<Option<Loaded>, StoreError> {
     let Some(loaded) = load(conn, tenant, sku, lock).await? else {
@@ -106,8 +115,8 @@ const REGION_COLUMNS: &str = "r.tenant, r.sku, r.region, r.weight, r.leased, r.r
 /// Loads one SKU with its regions and pending grants.
 pub(super) async fn load(
     conn: &mut Tx,
-    tenant: &str,
-    sku: &str,
+    tenant: &Tenant,
+    sku: &Sku,
     lock: Lock,
 ) -> Result<Option<Loaded>, StoreError> {
     let lock = match lock {
@@ -217,8 +226,8 @@ fn sku_of(row: &Row) -> Result<Loaded, StoreError> {
     let policy = policy_of(row.try_get("policy")?, row.try_get("policy_settings")?)?;
     let max_per_user: i32 = row.try_get("max_per_user")?;
     let allocation = Allocation {
-        tenant: Tenant::parse(row.try_get("tenant")?).map_err(corrupt("tenant"))?,
-        sku: Sku::parse(row.try_get("sku")?).map_err(corrupt("sku"))?,
+        tenant: ident(row, "tenant")?,
+        sku: ident(row, "sku")?,
         total: count(row.try_get("total")?, "total")?,
         pool: count(row.try_get("pool")?, "pool")?,
         mode: Mode::parse(&mode)
@@ -257,7 +266,7 @@ fn add_grant(loaded: &mut Loaded, row: &Row) -> Result<(), StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("grant to unknown region {region}")))?;
     loaded.allocation.regions[index]
         .grants
-        .insert(row.try_get("id")?, count(row.try_get("units")?, "grant")?);
+        .insert(ident(row, "id")?, count(row.try_get("units")?, "grant")?);
     Ok(())
 }
 

@@ -25,7 +25,7 @@ pub mod retention;
 use std::sync::Arc;
 
 use escrow_core::allocation::{AllocationError, Moves};
-use escrow_core::{Allocation, RegionName};
+use escrow_core::{Allocation, RegionName, TransferId};
 
 use crate::notices::Notices;
 use backend::{sql, Db};
@@ -126,8 +126,7 @@ impl Store {
                 .map(|b| b.directive(i));
             let changed = notify.contains(&i) || was != Some(after.directive(i));
             if changed && answered != Some(i) {
-                self.notices
-                    .record(name, after.tenant.as_str(), after.sku.as_str());
+                self.notices.record(name, &after.tenant, &after.sku);
             }
         }
     }
@@ -143,8 +142,9 @@ impl Store {
 }
 
 /// A grant id no other transfer has.
-fn new_grant_id() -> String {
-    format!("g-{}", uuid::Uuid::new_v4())
+fn new_grant_id() -> TransferId {
+    TransferId::try_from(format!("g-{}", uuid::Uuid::new_v4()))
+        .expect("g- and a uuid is a valid id")
 }
 
 /// Counts what a rebalance did in the metrics and logs a tail merge.

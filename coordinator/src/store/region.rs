@@ -13,13 +13,13 @@ use escrow_core::allocation::{self, AgentSession, SkuSynced, TakeHistory};
 use escrow_core::protocol::{
     SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
 };
-use escrow_core::RegionName;
+use escrow_core::{RegionName, Sku, Tenant, TransferId};
 
 use crate::notices::News;
 use crate::policies::Policies;
 
 use super::backend::{sql, Tx};
-use super::books::{count, load_region, load_to_change, save, stored, Lock};
+use super::books::{count, ident, load_region, load_to_change, save, stored, Lock};
 use super::{new_grant_id, Store, StoreError};
 
 /// Most SKUs a watch answer carries directives for; more news than this
@@ -64,7 +64,7 @@ async fn lock_session(
 }
 
 /// A SKU by (tenant, sku).
-type SkuKey = (String, String);
+type SkuKey = (Tenant, Sku);
 
 /// The SKUs a delta sync concerns, in (tenant, sku) order: those it
 /// reports, those it returns units of, those with a grant to the region in
@@ -85,7 +85,7 @@ async fn delta_keys(
     .fetch_all(&mut *conn)
     .await?;
     for row in &rows {
-        keys.insert((row.try_get("tenant")?, row.try_get("sku")?));
+        keys.insert((ident(row, "tenant")?, ident(row, "sku")?));
     }
     Ok(keys)
 }
@@ -135,7 +135,7 @@ async fn applied_returns(
     conn: &mut Tx,
     region: &RegionName,
     returns: &[TransferMsg],
-) -> Result<HashSet<String>, StoreError> {
+) -> Result<HashSet<TransferId>, StoreError> {
     let mut applied = HashSet::new();
     for ret in returns {
         let found =
@@ -238,8 +238,8 @@ impl Store {
                     .index_of(region)
                     .ok_or_else(|| StoreError::Corrupt("a region's SKU without it".into()))?;
                 let key = (
-                    loaded.allocation.tenant.as_str().to_owned(),
-                    loaded.allocation.sku.as_str().to_owned(),
+                    loaded.allocation.tenant.clone(),
+                    loaded.allocation.sku.clone(),
                 );
                 if news.skus.contains(&key) || loaded.allocation.sync_changes(index, req) {
                     keys.insert(key);
@@ -407,7 +407,7 @@ impl Store {
             None,
         );
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
-        metrics::counter!("coordinator_takes_total", "exhausted" => taken.response.exhausted.to_string())
+        metrics::counter!("coordinator_takes_total", "sold_out_everywhere" => taken.response.sold_out_everywhere.to_string())
             .increment(1);
         metrics::counter!("coordinator_take_granted_units_total").increment(taken.granted);
         Ok(taken.response)

@@ -2,7 +2,7 @@
 //! weights) and the rebalance that carries out the policy's plan.
 
 use super::{Allocation, AllocationError, Moves, RegionAllocation};
-use crate::ids::{Sku, SkuSettings, Tenant};
+use crate::ids::{Sku, SkuSettings, Tenant, TransferId};
 use crate::policy::{retired_recalls, Mode, Policy};
 
 impl Allocation {
@@ -15,7 +15,7 @@ impl Allocation {
         settings: SkuSettings,
         weights: &[u32],
         policy: &dyn Policy,
-        new_id: &mut dyn FnMut() -> String,
+        new_id: &mut dyn FnMut() -> TransferId,
     ) -> (Self, Moves) {
         let mut allocation = Self {
             tenant,
@@ -54,7 +54,11 @@ impl Allocation {
 
     /// Runs the policy (none while paused) plus the recalls of retired
     /// regions, and carries out the plan.
-    pub fn rebalance(&mut self, policy: &dyn Policy, new_id: &mut dyn FnMut() -> String) -> Moves {
+    pub fn rebalance(
+        &mut self,
+        policy: &dyn Policy,
+        new_id: &mut dyn FnMut() -> TransferId,
+    ) -> Moves {
         self.rebalance_as(policy, new_id, false)
     }
 
@@ -63,7 +67,7 @@ impl Allocation {
     pub(super) fn rebalance_as(
         &mut self,
         policy: &dyn Policy,
-        new_id: &mut dyn FnMut() -> String,
+        new_id: &mut dyn FnMut() -> TransferId,
         short: bool,
     ) -> Moves {
         self.assert_balanced();

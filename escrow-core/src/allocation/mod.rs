@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::ids::{Sku, SkuSettings, Tenant, ID_LEN_MAX};
+use crate::ids::{Sku, SkuSettings, Tenant, TransferId};
 use crate::policy::{Mode, RegionState, SkuState};
 use crate::protocol::{SkuDirective, TransferMsg};
 
@@ -95,7 +95,7 @@ pub struct RegionAllocation {
     /// Units delivered to the region minus units it returned.
     pub leased: u64,
     /// Grants to the region not yet acknowledged, units by id.
-    pub grants: BTreeMap<String, u64>,
+    pub grants: BTreeMap<TransferId, u64>,
     /// Units the region returned, cumulative.
     pub returned: u64,
     /// Units asked back and not yet returned.
@@ -144,7 +144,7 @@ pub struct Allocation {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Moves {
     /// Grants created: region index, grant id, units.
-    pub grants: Vec<(usize, String, u64)>,
+    pub grants: Vec<(usize, TransferId, u64)>,
     /// Units asked back, by region index.
     pub recalls: Vec<(usize, u64)>,
     /// The SKU switched to central mode.
@@ -171,11 +171,9 @@ impl Moves {
     }
 }
 
-fn check_transfer(kind: &str, id: &str, units: u64) -> Result<(), AllocationError> {
-    if units == 0 || id.is_empty() || id.len() > ID_LEN_MAX {
-        return Err(AllocationError::Invalid(format!(
-            "{kind} needs units >= 1 and an id of 1..={ID_LEN_MAX} characters"
-        )));
+fn check_transfer(kind: &str, units: u64) -> Result<(), AllocationError> {
+    if units == 0 {
+        return Err(AllocationError::Invalid(format!("{kind} needs units >= 1")));
     }
     Ok(())
 }
@@ -243,7 +241,7 @@ impl Allocation {
 
     /// Whether nothing is free anywhere: not in the pool, in transit, or
     /// available in a region's last report.
-    pub fn is_exhausted(&self) -> bool {
+    pub fn is_sold_out_everywhere(&self) -> bool {
         self.policy_view().remainder() == 0
     }
 
@@ -252,22 +250,22 @@ impl Allocation {
     pub fn directive(&self, region: usize) -> SkuDirective {
         let r = &self.regions[region];
         SkuDirective {
-            tenant: self.tenant.as_str().to_owned(),
-            sku: self.sku.as_str().to_owned(),
+            tenant: self.tenant.clone(),
+            sku: self.sku.clone(),
             mode: self.mode,
             paused: self.paused,
             max_per_user: self.settings.max_per_user,
             hold_ttl_ms: self.settings.hold_ttl.get(),
             return_until: r.returned + r.recall_pending,
-            sold_out: self.is_exhausted(),
+            sold_out_everywhere: self.is_sold_out_everywhere(),
         }
     }
 
-    fn transfer(&self, id: &str, units: u64) -> TransferMsg {
+    fn transfer(&self, id: &TransferId, units: u64) -> TransferMsg {
         TransferMsg {
-            id: id.to_owned(),
-            tenant: self.tenant.as_str().to_owned(),
-            sku: self.sku.as_str().to_owned(),
+            id: id.clone(),
+            tenant: self.tenant.clone(),
+            sku: self.sku.clone(),
             units,
         }
     }
@@ -281,12 +279,12 @@ impl Allocation {
             .collect()
     }
 
-    fn is_for(&self, tenant: &str, sku: &str) -> bool {
-        self.tenant.as_str() == tenant && self.sku.as_str() == sku
+    fn is_for(&self, tenant: &Tenant, sku: &Sku) -> bool {
+        self.tenant == *tenant && self.sku == *sku
     }
 
     /// Debits the pool for a grant of `units` to `region` under `id`.
-    fn grant(&mut self, region: usize, id: String, units: u64) -> (usize, String, u64) {
+    fn grant(&mut self, region: usize, id: TransferId, units: u64) -> (usize, TransferId, u64) {
         self.assert_balanced();
         assert!(units > 0, "a grant moves at least one unit");
         assert!(
@@ -303,7 +301,7 @@ impl Allocation {
 
     /// Moves the grant `id` of `region` from in transit to leased, if it is
     /// pending; a repeated ack changes nothing.
-    fn deliver(&mut self, region: usize, id: &str) {
+    fn deliver(&mut self, region: usize, id: &TransferId) {
         self.assert_balanced();
         let r = &mut self.regions[region];
         if let Some(units) = r.grants.remove(id) {

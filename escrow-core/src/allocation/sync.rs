@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use super::{
     check_transfer, Allocation, AllocationError, Moves, Report, REPORT_UNITS_MAX, RTT_MS_MAX,
 };
+use crate::ids::TransferId;
 use crate::policy::Policy;
 use crate::protocol::{SkuDirective, SkuReport, SyncRequest, TransferMsg};
 
@@ -42,7 +43,7 @@ pub struct SkuSynced {
 pub fn check_sync(req: &SyncRequest) -> Result<(), AllocationError> {
     check_reports(req)?;
     for ret in &req.returns {
-        check_transfer("return", &ret.id, ret.units)?;
+        check_transfer("return", ret.units)?;
     }
     Ok(())
 }
@@ -103,10 +104,10 @@ impl Allocation {
         &mut self,
         region: usize,
         req: &SyncRequest,
-        applied_before: &HashSet<String>,
+        applied_before: &HashSet<TransferId>,
         now_ms: u64,
         policy: &dyn Policy,
-        new_id: &mut dyn FnMut() -> String,
+        new_id: &mut dyn FnMut() -> TransferId,
     ) -> Result<SkuSynced, AllocationError> {
         let new_returns = self.returns_to_apply(region, req, applied_before)?;
         for id in &req.acks {
@@ -142,8 +143,8 @@ impl Allocation {
     pub fn sync_changes(&self, region: usize, req: &SyncRequest) -> bool {
         let r = &self.regions[region];
         let stored = SkuReport {
-            tenant: self.tenant.as_str().to_owned(),
-            sku: self.sku.as_str().to_owned(),
+            tenant: self.tenant.clone(),
+            sku: self.sku.clone(),
             available: r.report.available,
             held: r.report.held,
             sold: r.report.sold,
@@ -166,14 +167,14 @@ impl Allocation {
         &self,
         region: usize,
         req: &'r SyncRequest,
-        applied_before: &HashSet<String>,
+        applied_before: &HashSet<TransferId>,
     ) -> Result<Vec<&'r TransferMsg>, AllocationError> {
         let r = &self.regions[region];
-        let acks: HashSet<&str> = req.acks.iter().map(String::as_str).collect();
+        let acks: HashSet<&TransferId> = req.acks.iter().collect();
         let acked: u64 = r
             .grants
             .iter()
-            .filter(|(id, _)| acks.contains(id.as_str()))
+            .filter(|(id, _)| acks.contains(id))
             .map(|(_, units)| units)
             .sum();
         let mut room = r.leased + acked;
@@ -184,8 +185,8 @@ impl Allocation {
             .iter()
             .filter(|t| self.is_for(&t.tenant, &t.sku))
         {
-            check_transfer("return", &ret.id, ret.units)?;
-            if applied_before.contains(&ret.id) || !seen.insert(ret.id.as_str()) {
+            check_transfer("return", ret.units)?;
+            if applied_before.contains(&ret.id) || !seen.insert(&ret.id) {
                 continue;
             }
             room = room.checked_sub(ret.units).ok_or_else(|| {

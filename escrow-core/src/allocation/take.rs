@@ -2,6 +2,7 @@
 //! need more than it has.
 
 use super::{check_transfer, Allocation, AllocationError, Moves};
+use crate::ids::TransferId;
 use crate::policy::{decide_take, Policy};
 use crate::protocol::{TakeRequest, TakeResponse};
 
@@ -38,16 +39,16 @@ impl Allocation {
         req: &TakeRequest,
         history: TakeHistory,
         policy: &dyn Policy,
-        new_id: &mut dyn FnMut() -> String,
+        new_id: &mut dyn FnMut() -> TransferId,
     ) -> Result<Taken, AllocationError> {
-        check_transfer("take", &req.id, req.units)?;
+        check_transfer("take", req.units)?;
         assert!(
             self.is_for(&req.tenant, &req.sku),
             "take routed to another SKU"
         );
-        let answer = |grant, exhausted, paused| TakeResponse {
+        let answer = |grant, sold_out_everywhere, paused| TakeResponse {
             grant,
-            exhausted,
+            sold_out_everywhere,
             paused,
         };
         match history {
@@ -84,13 +85,13 @@ impl Allocation {
             self.grant(region, req.id.clone(), decision.granted);
             self.transfer(&req.id, decision.granted)
         });
-        let moves = if !decision.exhausted && decision.granted < req.units {
+        let moves = if !decision.sold_out_everywhere && decision.granted < req.units {
             self.rebalance_as(policy, new_id, true)
         } else {
             Moves::default()
         };
         Ok(Taken {
-            response: answer(grant, decision.exhausted, false),
+            response: answer(grant, decision.sold_out_everywhere, false),
             granted: decision.granted,
             moves,
         })

@@ -11,11 +11,15 @@ use crate::policy::{
 };
 use crate::protocol::{SkuReport, SyncRequest, TakeRequest};
 
-fn ids() -> impl FnMut() -> String {
+fn tid(raw: &str) -> TransferId {
+    TransferId::parse(raw).unwrap()
+}
+
+fn ids() -> impl FnMut() -> TransferId {
     let mut next = 0u64;
     move || {
         next += 1;
-        format!("g-{next}")
+        tid(&format!("g-{next}"))
     }
 }
 
@@ -32,14 +36,19 @@ fn new_sku(total: u64, weights: &[u32], policy: &dyn Policy) -> Allocation {
     .0
 }
 
-fn sync_req(seq: u64, acks: Vec<String>, returns: Vec<TransferMsg>, available: u64) -> SyncRequest {
+fn sync_req(
+    seq: u64,
+    acks: Vec<TransferId>,
+    returns: Vec<TransferMsg>,
+    available: u64,
+) -> SyncRequest {
     SyncRequest {
         epoch: 1,
         seq,
         rtt_ms: 50,
         skus: vec![SkuReport {
-            tenant: "t".into(),
-            sku: "s".into(),
+            tenant: Tenant::parse("t").unwrap(),
+            sku: Sku::parse("s").unwrap(),
             available,
             held: 0,
             sold: 0,
@@ -53,9 +62,9 @@ fn sync_req(seq: u64, acks: Vec<String>, returns: Vec<TransferMsg>, available: u
 
 fn ret(id: &str, units: u64) -> TransferMsg {
     TransferMsg {
-        id: id.into(),
-        tenant: "t".into(),
-        sku: "s".into(),
+        id: tid(id),
+        tenant: Tenant::parse("t").unwrap(),
+        sku: Sku::parse("s").unwrap(),
         units,
     }
 }
@@ -66,7 +75,7 @@ fn sync_static(
     sku: &mut Allocation,
     session: Option<AgentSession>,
     req: &SyncRequest,
-    applied: &HashSet<String>,
+    applied: &HashSet<TransferId>,
     now_ms: u64,
 ) -> Result<(Option<AgentSession>, SkuSynced), AllocationError> {
     check_sync(req)?;
@@ -94,7 +103,7 @@ fn transfers_apply_once_and_refusals_change_nothing() {
     assert_eq!(sku.regions[0].reported_by, (1, 1));
     assert!(session.is_some());
 
-    let applied: HashSet<String> = ["r-1".to_owned()].into();
+    let applied: HashSet<TransferId> = [tid("r-1")].into();
     let after = sku.clone();
     let (again, _) = sync_static(&mut sku, session, &req, &applied, 8).unwrap();
     assert_eq!(sku, after, "a replayed sync moves nothing");
@@ -153,7 +162,7 @@ fn transfers_apply_once_and_refusals_change_nothing() {
 }
 
 /// Goal: a take grants from the pool, a repeat gets the same grant, a
-/// paused SKU grants nothing, and exhausted is said only when nothing is
+/// paused SKU grants nothing, and sold_out_everywhere is said only when nothing is
 /// free anywhere.
 #[test]
 fn takes_grant_from_the_pool_once() {
@@ -161,9 +170,9 @@ fn takes_grant_from_the_pool_once() {
     assert_eq!(a.mode, Mode::Central);
     let take = |a: &mut Allocation, region, id: &str, units, history| {
         let req = TakeRequest {
-            id: id.into(),
-            tenant: "t".into(),
-            sku: "s".into(),
+            id: tid(id),
+            tenant: Tenant::parse("t").unwrap(),
+            sku: Sku::parse("s").unwrap(),
             units,
             prefetch: 0,
             received: 0,
@@ -172,7 +181,10 @@ fn takes_grant_from_the_pool_once() {
         a.take(region, &req, history, &CentralOnly, &mut ids())
     };
     let out = take(&mut a, 0, "t-1", 2, TakeHistory::Unused).unwrap();
-    assert_eq!((out.granted, out.response.exhausted, a.pool), (2, false, 1));
+    assert_eq!(
+        (out.granted, out.response.sold_out_everywhere, a.pool),
+        (2, false, 1)
+    );
     let again = take(&mut a, 0, "t-1", 2, TakeHistory::GrantedHere(2)).unwrap();
     let units = again.response.grant.map(|g| g.units);
     assert_eq!((again.granted, units), (0, Some(2)));
@@ -184,7 +196,7 @@ fn takes_grant_from_the_pool_once() {
     let short = take(&mut a, 1, "t-3", 2, TakeHistory::Unused).unwrap();
     assert_eq!(short.granted, 1);
     let why = "2 units are still in transit to region 0";
-    assert!(!short.response.exhausted, "{why}");
+    assert!(!short.response.sold_out_everywhere, "{why}");
 }
 
 fn policy(i: u8) -> Box<dyn Policy> {
@@ -243,7 +255,7 @@ proptest! {
     /// takes (new and repeated) and admin changes, with any policy, the
     /// SKU's books stay balanced (asserted inside every move), units
     /// appear only by adding stock, a repeated transfer moves nothing, a
-    /// refused input changes nothing, and exhausted is said only when
+    /// refused input changes nothing, and sold_out_everywhere is said only when
     /// nothing is free anywhere.
     #[test]
     fn random_sequences_keep_the_books(
@@ -263,9 +275,9 @@ proptest! {
         let regions = weights.len();
         let mut sessions: Vec<Option<AgentSession>> = vec![None; regions];
         let mut seqs = vec![0u64; regions];
-        let mut applied: Vec<HashSet<String>> = vec![HashSet::new(); regions];
+        let mut applied: Vec<HashSet<TransferId>> = vec![HashSet::new(); regions];
         let mut last_return: Vec<Option<TransferMsg>> = vec![None; regions];
-        let mut takes: Vec<(usize, String, u64)> = Vec::new();
+        let mut takes: Vec<(usize, TransferId, u64)> = Vec::new();
         let mut returns = 0u64;
         for op in ops {
             let before = a.clone();
@@ -273,7 +285,7 @@ proptest! {
             match op {
                 Op::Sync { region, acks, returns: units, repeat_return, available, rate, new_seq } => {
                     let r = usize::from(region) % regions;
-                    let ack_ids: Vec<String> = a.regions[r].grants.keys().enumerate()
+                    let ack_ids: Vec<TransferId> = a.regions[r].grants.keys().enumerate()
                         .filter(|(i, _)| acks & (1 << (i % 8)) != 0)
                         .map(|(_, id)| id.clone())
                         .collect();
@@ -300,7 +312,7 @@ proptest! {
                                 prop_assert!(!a.regions[r].grants.contains_key(id));
                             }
                             prop_assert_eq!(&out.grants, &a.pending_grants(r));
-                            prop_assert_eq!(out.directive.sold_out, a.is_exhausted());
+                            prop_assert_eq!(out.directive.sold_out_everywhere, a.is_sold_out_everywhere());
                             prop_assert!(a.regions[r].reported_by >= before.regions[r].reported_by);
                             if let Some(s) = admitted { sessions[r] = Some(s); }
                             for t in &rets { applied[r].insert(t.id.clone()); }
@@ -319,13 +331,13 @@ proptest! {
                             id.clone(),
                             if *owner == r { TakeHistory::GrantedHere(*granted) } else { TakeHistory::UsedElsewhere },
                         ),
-                        _ => (format!("t-{}", takes.len()), TakeHistory::Unused),
+                        _ => (tid(&format!("t-{}", takes.len())), TakeHistory::Unused),
                     };
-                    let req = TakeRequest { id: id.clone(), tenant: "t".into(), sku: "s".into(), units: u64::from(units), prefetch: 0, received: 0, returned: 0 };
+                    let req = TakeRequest { id: id.clone(), tenant: Tenant::parse("t").unwrap(), sku: Sku::parse("s").unwrap(), units: u64::from(units), prefetch: 0, received: 0, returned: 0 };
                     match a.take(r, &req, history, policy.as_ref(), &mut next_id) {
                         Ok(out) => {
                             prop_assert!(out.granted <= before.pool.min(u64::from(units)));
-                            if out.response.exhausted {
+                            if out.response.sold_out_everywhere {
                                 prop_assert_eq!(a.pool, 0);
                                 // Every other region has nothing; the asker speaks for itself.
                                 prop_assert!(before.regions.iter().enumerate().all(|(i, x)| i == r || (x.in_transit() == 0 && x.report.available == 0)));

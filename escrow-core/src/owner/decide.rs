@@ -133,8 +133,8 @@ impl SkuOwner {
             let id = self.next_transfer_id("t");
             self.io = Some(Io::Take(TakeRequest {
                 id,
-                tenant: self.tenant.to_string(),
-                sku: self.sku.to_string(),
+                tenant: self.tenant.clone(),
+                sku: self.sku.clone(),
                 units: wanted,
                 prefetch,
                 received: self.ledger.received,
@@ -224,8 +224,8 @@ impl SkuOwner {
                 let id = self.next_transfer_id("r");
                 work.batch.returns.push(TransferMsg {
                     id,
-                    tenant: self.tenant.to_string(),
-                    sku: self.sku.to_string(),
+                    tenant: self.tenant.clone(),
+                    sku: self.sku.clone(),
                     units,
                 });
             }

@@ -42,7 +42,7 @@ impl SkuOwner {
         }
         let recalled = d.return_until > self.return_until.unwrap_or(0).max(self.ledger.returned);
         self.return_until = Some(d.return_until);
-        self.sold_out_everywhere = d.sold_out;
+        self.sold_out_everywhere = d.sold_out_everywhere;
         // Something moved: waiting requests may ask again at once.
         self.next_take_ms = 0;
         merge_transfers(&mut self.pending_grants, grants);
@@ -232,7 +232,7 @@ impl SkuOwner {
                 work.granted = grant.units;
                 work.batch.grants.push(grant);
             }
-            if resp.exhausted {
+            if resp.sold_out_everywhere {
                 self.sold_out_everywhere = true;
                 work.take = TakeEnd::Exhausted;
             } else {

@@ -44,7 +44,7 @@ mod work;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::batch::{SkuRecord, StockChange};
-use crate::ids::{RequestKey, Sku, SkuSettings, Tenant};
+use crate::ids::{RequestKey, Sku, SkuSettings, Tenant, TransferId};
 use crate::ledger::Ledger;
 use crate::policy::Mode;
 use crate::protocol::TransferMsg;
@@ -84,7 +84,8 @@ pub struct OwnerConfig {
     /// The agent has a coordinator to take from and return to.
     pub coordinated: bool,
     /// Unique to this owner's incarnation (region, process and SKU): the
-    /// owner numbers its transfer ids after it, so they never repeat.
+    /// owner numbers its transfer ids after it, so they never repeat. Only
+    /// identifier characters (`[A-Za-z0-9._:-]`), at most 100 of them.
     pub transfer_id_prefix: String,
 }
 
@@ -343,12 +344,13 @@ impl SkuOwner {
         self.replies.push_back((ticket, reply));
     }
 
-    fn next_transfer_id(&mut self, kind: &str) -> String {
+    fn next_transfer_id(&mut self, kind: &str) -> TransferId {
         self.transfer_seq += 1;
-        format!(
+        let id = format!(
             "{kind}-{}-{}",
             self.cfg.transfer_id_prefix, self.transfer_seq
-        )
+        );
+        TransferId::try_from(id).expect("transfer_id_prefix holds only identifier characters")
     }
 }
 

@@ -21,9 +21,9 @@ const START_MS: u64 = 1_000_000;
 struct Harness {
     owner: SkuOwner,
     book: Book,
-    applied_grants: HashSet<String>,
+    applied_grants: HashSet<TransferId>,
     /// Grants the coordinator debited and the region has not credited.
-    in_transit: BTreeMap<String, u64>,
+    in_transit: BTreeMap<TransferId, u64>,
     pool: u64,
     total: u64,
     now_ms: u64,
@@ -155,10 +155,11 @@ impl Harness {
                     if let Some(g) = &grant {
                         self.in_transit.insert(g.id.clone(), g.units);
                     }
-                    let exhausted = granted < req.units && self.pool == 0 && self.elsewhere() == 0;
+                    let sold_out_everywhere =
+                        granted < req.units && self.pool == 0 && self.elsewhere() == 0;
                     self.owner.handle_take_answer(Some(TakeResponse {
                         grant,
-                        exhausted,
+                        sold_out_everywhere,
                         paused: false,
                     }));
                 }
@@ -226,8 +227,8 @@ impl Harness {
             .iter()
             .map(|(id, units)| TransferMsg {
                 id: id.clone(),
-                tenant: "t".into(),
-                sku: "sku".into(),
+                tenant: Tenant::parse("t").unwrap(),
+                sku: Sku::parse("sku").unwrap(),
                 units: *units,
             })
             .collect();
@@ -257,14 +258,14 @@ impl Harness {
 /// the harness's settings, not paused, not sold out.
 fn directive(mode: Mode, return_until: u64) -> SkuDirective {
     SkuDirective {
-        tenant: "t".into(),
-        sku: "sku".into(),
+        tenant: Tenant::parse("t").unwrap(),
+        sku: Sku::parse("sku").unwrap(),
         mode,
         paused: false,
         max_per_user: 2,
         hold_ttl_ms: 5_000,
         return_until,
-        sold_out: false,
+        sold_out_everywhere: false,
     }
 }
 
@@ -542,7 +543,8 @@ fn only_a_take_that_fell_short_makes_the_next_one_wait() {
     // Two units wanted, one free in the pool and one in transit elsewhere:
     // the take falls short and the buyer left over waits.
     h.pool = 1;
-    h.in_transit.insert("elsewhere".into(), 1);
+    h.in_transit
+        .insert(TransferId::parse("elsewhere").unwrap(), 1);
     h.total += 2;
     h.now_ms += 1;
     let (third, fourth) = (h.reserve(3, 3, 1), h.reserve(4, 4, 1));
@@ -649,7 +651,8 @@ fn a_late_take_keeps_its_buyers_waiting_until_their_deadline() {
 fn a_full_parked_list_answers_queue_full() {
     let mut h = Harness::new(0, 0);
     // A unit in transit elsewhere: not sold out, so buyers wait for units.
-    h.in_transit.insert("elsewhere".into(), 1);
+    h.in_transit
+        .insert(TransferId::parse("elsewhere").unwrap(), 1);
     h.total += 1;
     let parked_max = 64;
     let buyers = parked_max + 8;

@@ -217,7 +217,7 @@ pub fn retired_recalls(sku: &SkuState) -> Vec<(usize, u64)> {
 }
 
 /// Whether a SKU has nothing free anywhere: what agents cache as sold out.
-pub fn is_exhausted(sku: &SkuState) -> bool {
+pub fn is_sold_out_everywhere(sku: &SkuState) -> bool {
     sku.remainder() == 0
 }
 

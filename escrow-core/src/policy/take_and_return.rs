@@ -12,7 +12,7 @@ pub struct TakeDecision {
     pub granted: u64,
     /// No unit is free anywhere: not in the pool, not in transit, not in
     /// any region. Only then may a buyer be told SOLD_OUT.
-    pub exhausted: bool,
+    pub sold_out_everywhere: bool,
 }
 
 /// Decides a synchronous take of `units` for region `asking`, plus up to
@@ -53,7 +53,7 @@ pub fn decide_take(
     let elsewhere = others.saturating_add(asker_unseen);
     TakeDecision {
         granted,
-        exhausted: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,
+        sold_out_everywhere: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,
     }
 }
 

@@ -162,9 +162,9 @@ fn a_region_below_low_water_but_above_its_ceiling_gives_back() {
     }
 }
 
-/// Goal: a take says exhausted only when no unit is free anywhere.
+/// Goal: a take says sold_out_everywhere only when no unit is free anywhere.
 #[test]
-fn take_is_exhausted_only_when_nothing_is_free() {
+fn take_is_sold_out_everywhere_only_when_nothing_is_free() {
     let mut sku = SkuState {
         total: 10,
         pool: 1,
@@ -175,24 +175,24 @@ fn take_is_exhausted_only_when_nothing_is_free() {
         decide_take(&sku, 0, 1, 0, 0),
         TakeDecision {
             granted: 1,
-            exhausted: false
+            sold_out_everywhere: false
         }
     );
     assert_eq!(
         decide_take(&sku, 0, 2, 0, 0),
         TakeDecision {
             granted: 1,
-            exhausted: true
+            sold_out_everywhere: true
         }
     );
     sku.regions[0].available = 3;
     sku.regions[0].in_transit = 3;
     assert!(
-        decide_take(&sku, 0, 2, 0, 0).exhausted,
+        decide_take(&sku, 0, 2, 0, 0).sold_out_everywhere,
         "the asker's own stale report and credited grants are not free"
     );
     assert!(
-        !decide_take(&sku, 0, 2, 0, 1).exhausted,
+        !decide_take(&sku, 0, 2, 0, 1).sold_out_everywhere,
         "a grant the asker has not credited yet is"
     );
     sku.regions[1].available = 1;
@@ -200,7 +200,7 @@ fn take_is_exhausted_only_when_nothing_is_free() {
         decide_take(&sku, 0, 2, 0, 0),
         TakeDecision {
             granted: 1,
-            exhausted: false
+            sold_out_everywhere: false
         }
     );
     sku.pool = 0;
@@ -210,7 +210,7 @@ fn take_is_exhausted_only_when_nothing_is_free() {
         decide_take(&sku, 0, 1, 0, 0),
         TakeDecision {
             granted: 0,
-            exhausted: false
+            sold_out_everywhere: false
         }
     );
 }

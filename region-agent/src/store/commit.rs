@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use escrow_core::{Ledger, LedgerError, Qty, RequestKey, Transition};
+use escrow_core::{Ledger, LedgerError, Qty, RequestKey, TransferId, Transition};
 use service_kit::sql::{self, sql, Table, Tx};
 
 use super::holds::HoldColumns;
@@ -124,7 +124,7 @@ impl Moves {
 #[derive(Debug)]
 struct Applied {
     moves: Moves,
-    applied_grants: Vec<String>,
+    applied_grants: Vec<TransferId>,
 }
 
 /// Applies what one batch writes besides its holds and counters, inside
@@ -322,7 +322,7 @@ async fn apply_grants(
     tx: &mut Tx,
     batch: &Batch,
     moves: &mut Moves,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Vec<TransferId>, StoreError> {
     if batch.grants.is_empty() {
         return Ok(Vec::new());
     }
@@ -365,7 +365,7 @@ async fn apply_grants(
         moves
             .0
             .receive(u64::try_from(units).map_err(|_| super::rows::bad_row("units"))?);
-        applied.push(row.try_get("id")?);
+        applied.push(super::rows::ident(row, "id")?);
     }
     Ok(applied)
 }
@@ -374,7 +374,7 @@ async fn apply_grants(
 async fn debit_returns(tx: &mut Tx, batch: &Batch, moves: &mut Moves) -> Result<(), StoreError> {
     for ret in &batch.returns {
         sql("INSERT INTO outbox_returns (id, tenant, sku, units) VALUES ($1, $2, $3, $4)")
-            .bind(&ret.id)
+            .bind(ret.id.as_str())
             .bind(batch.tenant.as_str())
             .bind(batch.sku.as_str())
             .bind(ret.units as i64)

@@ -27,7 +27,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use escrow_core::protocol::TransferMsg;
-use escrow_core::{Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+use escrow_core::{
+    Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId,
+};
 
 pub use escrow_core::batch::{Batch, BatchOutcome, NewHold, SkuRecord, StockChange};
 pub use sql_store::SqlStore;
@@ -120,7 +122,7 @@ pub struct SyncSnapshot {
     /// Every SKU's counters.
     pub skus: Vec<(Tenant, Sku, Ledger)>,
     /// Grants credited and not yet confirmed by the coordinator.
-    pub unconfirmed_grants: Vec<String>,
+    pub unconfirmed_grants: Vec<TransferId>,
     /// Returns debited and not yet confirmed applied.
     pub pending_returns: Vec<TransferMsg>,
 }
@@ -215,9 +217,9 @@ pub trait Store: Send + Sync + 'static {
     /// Counters, unconfirmed grants and pending returns, in one snapshot.
     async fn sync_snapshot(&self) -> Result<SyncSnapshot, StoreError>;
     /// Records that the coordinator has these grants' acknowledgements.
-    async fn confirm_grants(&self, ids: &[String]) -> Result<(), StoreError>;
+    async fn confirm_grants(&self, ids: &[TransferId]) -> Result<(), StoreError>;
     /// Forgets returns the coordinator has applied.
-    async fn forget_returns(&self, ids: &[String]) -> Result<(), StoreError>;
+    async fn forget_returns(&self, ids: &[TransferId]) -> Result<(), StoreError>;
     /// Deletes at most `limit` released or expired reservations whose hold
     /// ended before `before_ms` (their `expires_at`: a hold ends at the
     /// latest then), and at most `limit` grants the coordinator confirmed

@@ -40,6 +40,11 @@ fn text(row: &Row, name: &str) -> Result<String, StoreError> {
     Ok(row.try_get(name)?)
 }
 
+/// A text column holding an identifier, parsed into its type.
+pub(crate) fn ident<T: TryFrom<String>>(row: &Row, name: &str) -> Result<T, StoreError> {
+    T::try_from(text(row, name)?).map_err(|_| bad_row(name))
+}
+
 /// A `bigint` column.
 fn int(row: &Row, name: &str) -> Result<i64, StoreError> {
     Ok(row.try_get(name)?)
@@ -68,17 +73,12 @@ fn qty(raw: i32) -> Result<Qty, StoreError> {
     ))
 }
 
-/// A tenant as stored.
-fn tenant(row: &Row) -> Result<Tenant, StoreError> {
-    Tenant::parse(&text(row, "tenant")?).map_err(|_| bad_row("tenant"))
-}
-
 /// A reservation from [`RESERVATION_COLUMNS`].
 pub(crate) fn reservation_from(row: &Row) -> Result<Reservation, StoreError> {
     Ok(Reservation {
         request_key: request_key(&text(row, "request_key")?)?,
         user_id: UserId::parse(&text(row, "user_id")?).map_err(|_| bad_row("user_id"))?,
-        sku: Sku::parse(&text(row, "sku")?).map_err(|_| bad_row("sku"))?,
+        sku: ident(row, "sku")?,
         qty: qty(row.try_get("qty")?)?,
         status: Status::parse(&text(row, "status")?).ok_or_else(|| bad_row("status"))?,
         expires_at_ms: u64::try_from(millis(row, "expires_at")?)
@@ -91,8 +91,8 @@ pub(crate) fn reservation_from(row: &Row) -> Result<Reservation, StoreError> {
 pub(crate) fn sku_record_from(row: &Row) -> Result<SkuRecord, StoreError> {
     let max_per_user: i32 = row.try_get("max_per_user")?;
     Ok(SkuRecord {
-        tenant: tenant(row)?,
-        sku: Sku::parse(&text(row, "sku")?).map_err(|_| bad_row("sku"))?,
+        tenant: ident(row, "tenant")?,
+        sku: ident(row, "sku")?,
         ledger: Ledger {
             available: counter(row, "available")?,
             held: counter(row, "held")?,
@@ -133,7 +133,7 @@ pub(crate) fn with_holds(
 
 /// A HELD reservation with its tenant, from `HELD_SELECT`.
 pub(crate) fn hold_from(row: &Row) -> Result<(Tenant, Reservation), StoreError> {
-    Ok((tenant(row)?, reservation_from(row)?))
+    Ok((ident(row, "tenant")?, reservation_from(row)?))
 }
 
 /// A SKU's audit line from `SKU_SELECT`.
@@ -155,9 +155,9 @@ pub(crate) fn audit_row_from(row: &Row) -> Result<AuditRow, StoreError> {
 /// A pending return from the outbox.
 pub(crate) fn transfer_from(row: &Row) -> Result<TransferMsg, StoreError> {
     Ok(TransferMsg {
-        id: text(row, "id")?,
-        tenant: text(row, "tenant")?,
-        sku: text(row, "sku")?,
+        id: ident(row, "id")?,
+        tenant: ident(row, "tenant")?,
+        sku: ident(row, "sku")?,
         units: counter(row, "units")?,
     })
 }
@@ -165,5 +165,8 @@ pub(crate) fn transfer_from(row: &Row) -> Result<TransferMsg, StoreError> {
 /// A deleted reservation's tenant and key, as `RETURNING tenant,
 /// request_key` gives them.
 pub(crate) fn pruned_key(row: &Row) -> Result<(Tenant, RequestKey), StoreError> {
-    Ok((tenant(row)?, request_key(&text(row, "request_key")?)?))
+    Ok((
+        ident(row, "tenant")?,
+        request_key(&text(row, "request_key")?)?,
+    ))
 }

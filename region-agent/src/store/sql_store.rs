@@ -12,13 +12,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant};
+use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId};
 use service_kit::db::Backend;
 use service_kit::sql::{sql, Db, Tx};
 use sqlx::postgres::PgPool;
 
 use super::rows::{
-    at, audit_row_from, hold_from, millis, pruned_key, request_key, reservation_from,
+    at, audit_row_from, hold_from, ident, millis, pruned_key, request_key, reservation_from,
     sku_record_from, transfer_from, with_holds, RESERVATION_COLUMNS,
 };
 use super::{
@@ -101,12 +101,12 @@ impl SqlStore {
 
     /// Runs `template` with `{ids}` standing for any of `ids` (bound as
     /// `$1`), in a write transaction; nothing if there are no `ids`.
-    async fn write_for_ids(&self, template: &str, ids: &[String]) -> Result<(), StoreError> {
+    async fn write_for_ids(&self, template: &str, ids: &[TransferId]) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
         let text = template.replace("{ids}", &self.db.backend().any("$1"));
-        let statement = sql(text).bind(ids.iter().map(String::as_str).collect::<Vec<_>>());
+        let statement = sql(text).bind(ids.iter().map(TransferId::as_str).collect::<Vec<_>>());
         let mut tx = self.begin_write().await?;
         statement.execute(&mut tx).await?;
         Ok(tx.commit().await?)
@@ -329,7 +329,7 @@ impl Store for SqlStore {
                 .fetch_all(&mut tx)
                 .await?
                 .iter()
-                .map(|row| row.try_get("id"))
+                .map(|row| ident(row, "id"))
                 .collect::<Result<_, _>>()?;
         let pending_returns =
             sql("SELECT id, tenant, sku, units FROM outbox_returns ORDER BY created_at, id")
@@ -346,11 +346,11 @@ impl Store for SqlStore {
         })
     }
 
-    async fn confirm_grants(&self, ids: &[String]) -> Result<(), StoreError> {
+    async fn confirm_grants(&self, ids: &[TransferId]) -> Result<(), StoreError> {
         self.write_for_ids(CONFIRM_GRANTS, ids).await
     }
 
-    async fn forget_returns(&self, ids: &[String]) -> Result<(), StoreError> {
+    async fn forget_returns(&self, ids: &[TransferId]) -> Result<(), StoreError> {
         self.write_for_ids(FORGET_RETURNS, ids).await
     }
 

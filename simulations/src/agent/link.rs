@@ -97,8 +97,8 @@ impl Agent {
         let call = self.call_seq;
         let l = self.db.book.ledger;
         let all = vec![SkuReport {
-            tenant: self.tenant.to_string(),
-            sku: self.db.book.sku.to_string(),
+            tenant: self.tenant.clone(),
+            sku: self.db.book.sku.clone(),
             available: l.available,
             held: l.held,
             sold: l.sold,
@@ -110,8 +110,8 @@ impl Agent {
             .iter()
             .map(|(id, units)| TransferMsg {
                 id: id.clone(),
-                tenant: self.tenant.to_string(),
-                sku: self.db.book.sku.to_string(),
+                tenant: self.tenant.clone(),
+                sku: self.db.book.sku.clone(),
                 units: *units,
             })
             .collect();

@@ -35,7 +35,9 @@ use escrow_core::owner::{
     ActReply, Command, Io, OwnerConfig, PauseReason, SkuOwner, Ticket, SWEEP_INTERVAL_MS,
 };
 use escrow_core::protocol::{SkuDirective, TransferMsg};
-use escrow_core::{Book, Mode, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, UserId};
+use escrow_core::{
+    Book, Mode, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId, UserId,
+};
 
 use crate::database::Database;
 use crate::network::{Envelope, Payload};
@@ -124,17 +126,14 @@ impl Agent {
     /// A fresh agent with an empty book.
     pub fn new(
         index: usize,
-        tenant: &str,
-        sku: &str,
+        tenant: &Tenant,
+        sku: &Sku,
         settings: SkuSettings,
         mode: Mode,
         cfg: &AgentConfig,
     ) -> Self {
-        let tenant = Tenant::parse(tenant).expect("the simulated tenant name is valid");
-        let book = Book::new(
-            Sku::parse(sku).expect("the simulated SKU name is valid"),
-            settings,
-        );
+        let tenant = tenant.clone();
+        let book = Book::new(sku.clone(), settings);
         let db = Database::new(tenant.clone(), book, mode);
         let owner = Self::start_owner(index, 1, db.record(), cfg, now_ms(0));
         Self {
@@ -383,7 +382,7 @@ impl Agent {
     }
 
     /// Units this agent returned that the coordinator has not applied.
-    pub fn returns_in_flight(&self, applied: &HashSet<String>) -> u64 {
+    pub fn returns_in_flight(&self, applied: &HashSet<TransferId>) -> u64 {
         self.db
             .returns
             .iter()

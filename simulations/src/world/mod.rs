@@ -26,7 +26,7 @@ mod safety;
 mod sampling;
 
 use escrow_core::owner::{ActReply, SWEEP_INTERVAL_MS};
-use escrow_core::{SkuSettings, Status};
+use escrow_core::{Sku, SkuSettings, Status, Tenant};
 use indicatif::ProgressBar;
 
 use crate::agent::{Agent, Answer, BuyerAction, Effect, Timer};
@@ -172,20 +172,22 @@ impl World {
             Some(s.sku.hold_ttl_ms as i64),
         )
         .map_err(|e| e.to_string())?;
+        let tenant = Tenant::parse("sim").expect("a fixed valid name");
+        let sku = Sku::parse("sku").expect("a fixed valid name");
         let coordinator = Coordinator::new(
             s.sku.total,
             s.regions.iter().map(|r| r.weight).collect(),
             policy_box,
             s.coordinator.service_us,
             SkuIdentity {
-                tenant: "sim".into(),
-                sku: "sku".into(),
+                tenant: tenant.clone(),
+                sku: sku.clone(),
                 max_per_user: s.sku.max_per_user,
                 hold_ttl_ms: s.sku.hold_ttl_ms,
             },
         );
         let agents: Vec<Agent> = (0..s.regions.len())
-            .map(|i| Agent::new(i, "sim", "sku", settings, coordinator.mode(), &s.agent))
+            .map(|i| Agent::new(i, &tenant, &sku, settings, coordinator.mode(), &s.agent))
             .collect();
         let sale_start_us = s.run.warmup_ms * 1_000;
         let faults = s

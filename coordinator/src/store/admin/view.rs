@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 
 use crate::policies::Policies;
 use crate::store::backend::sql;
-use crate::store::books::{count, load, policy_of, timestamp, Loaded, Lock};
+use crate::store::books::{count, ident, load, policy_of, timestamp, Loaded, Lock};
 use crate::store::{Store, StoreError};
 
 /// What a view of a SKU is read against: the policies (a SKU without a
@@ -327,13 +327,13 @@ impl Store {
         at: &ViewAt<'_>,
     ) -> Result<Vec<SkuSummary>, StoreError> {
         let mut tx = self.db.snapshot().await?;
-        let keys: Vec<(String, String)> = match only {
-            Some((tenant, sku)) => vec![(tenant.as_str().to_owned(), sku.as_str().to_owned())],
+        let keys: Vec<(Tenant, Sku)> = match only {
+            Some((tenant, sku)) => vec![(tenant.clone(), sku.clone())],
             None => sql("SELECT tenant, sku FROM skus ORDER BY tenant, sku")
                 .fetch_all(&mut tx)
                 .await?
                 .iter()
-                .map(|row| Ok((row.try_get("tenant")?, row.try_get("sku")?)))
+                .map(|row| Ok((ident(row, "tenant")?, ident(row, "sku")?)))
                 .collect::<Result<_, StoreError>>()?,
         };
         let mut out = Vec::with_capacity(keys.len());
