@@ -177,6 +177,31 @@ impl Window {
     }
 }
 
+/// Which of a buyer's two latencies an answer counts in.
+#[derive(Clone, Copy)]
+enum Call {
+    Reserve,
+    Action,
+}
+
+impl ClientResult {
+    /// Counts an answer that came now to a call started at `started`: in
+    /// the totals, and in the window and the call's latency if it came
+    /// within `window`.
+    fn record(&mut self, window: &Window, call: Call, outcome: Outcome, started: Instant) {
+        let done = Instant::now();
+        self.total.add(outcome);
+        if window.contains(done) {
+            self.window.add(outcome);
+            let latency = match call {
+                Call::Reserve => &mut self.reserve_latency,
+                Call::Action => &mut self.action_latency,
+            };
+            latency.saturating_record(micros(done - started));
+        }
+    }
+}
+
 /// Runs `spec` on the current tokio runtime and returns what it saw.
 pub async fn run(spec: LoadSpec) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(spec.clients > 0, "at least one client");
@@ -282,14 +307,7 @@ async fn buyer(
             Some((status, body)) => Outcome::of_reserve(status, &body),
             None => Outcome::Transport,
         };
-        let done = Instant::now();
-        result.total.add(outcome);
-        if window.contains(done) {
-            result.window.add(outcome);
-            result
-                .reserve_latency
-                .saturating_record(micros(done - started));
-        }
+        result.record(&window, Call::Reserve, outcome, started);
         if outcome == Outcome::Transport {
             // A server that is gone must not turn the buyers into a busy loop.
             tokio::time::sleep(TRANSPORT_BACKOFF).await;
@@ -310,14 +328,7 @@ async fn buyer(
             Some((status, body)) => Outcome::of_action(confirm, status, &body),
             None => Outcome::Transport,
         };
-        let done = Instant::now();
-        result.total.add(outcome);
-        if window.contains(done) {
-            result.window.add(outcome);
-            result
-                .action_latency
-                .saturating_record(micros(done - started));
-        }
+        result.record(&window, Call::Action, outcome, started);
     }
     Ok(result)
 }

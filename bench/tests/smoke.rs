@@ -124,6 +124,19 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// Asserts that a fixed race of every client's requests for one SKU of
+/// `units` held exactly `units` and answered every other SOLD_OUT.
+fn assert_sells_exactly(race: &LoadReport, units: u64) {
+    let requests = CLIENTS as u64 * LOOPS;
+    let t = &race.total;
+    assert_eq!(t.total(), requests, "{t}");
+    assert_eq!(
+        (t[Outcome::Held], t[Outcome::SoldOut]),
+        (units, requests - units),
+        "{t}"
+    );
+}
+
 /// Goal: 160 distinct buyers racing for 40 units of the real agent get
 /// exactly 40 HELD and 120 SOLD_OUT, the rows and counters agree, and a
 /// reserve-then-settle loop confirms and releases exactly what it says.
@@ -133,14 +146,7 @@ async fn agent_sells_exactly_its_stock(db: TestDb) {
 
     let race = fixed(agent.addr, one("drop"), "race").await;
     let requests = CLIENTS as u64 * LOOPS;
-    assert_eq!(race.total.total(), requests, "{}", race.total);
-    assert_eq!(race.total[Outcome::Held], 40, "{}", race.total);
-    assert_eq!(
-        race.total[Outcome::SoldOut],
-        requests - 40,
-        "{}",
-        race.total
-    );
+    assert_sells_exactly(&race, 40);
     assert_eq!(race.window, race.total, "a fixed run counts everything");
     assert_eq!(race.reserve_latency.len(), requests);
     let held_rows = "SELECT count(*) FROM reservations WHERE sku = 'drop' AND status = 'HELD'";
@@ -182,14 +188,7 @@ async fn naive_sells_exactly_its_stock(pool: PgPool) {
     put_sku(server.addr, "drop", 40).await.unwrap();
 
     let race = fixed(server.addr, one("drop"), "race").await;
-    let requests = CLIENTS as u64 * LOOPS;
-    assert_eq!(race.total[Outcome::Held], 40, "{}", race.total);
-    assert_eq!(
-        race.total[Outcome::SoldOut],
-        requests - 40,
-        "{}",
-        race.total
-    );
+    assert_sells_exactly(&race, 40);
     assert_eq!(
         scalar(&pool, "SELECT count(*) FROM naive_reservations").await,
         40

@@ -8,13 +8,12 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
-use test_support::history::{Expect, History};
+use test_support::history::History;
 use test_support::pg_server::PgServer;
 use test_support::{free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
@@ -58,44 +57,32 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
     let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 
-    let history = Arc::new(History::new());
-    let reserve_all = |prefix: &'static str, n: usize| {
-        let (api, history) = (api.clone(), history.clone());
-        async move {
-            for i in 0..n {
-                let key = format!("{prefix}-{i}");
-                history.reserve(&api, "eu", &key, &key, "drop").await;
-            }
-        }
-    };
-    reserve_all("before", 100).await;
+    let history = History::new();
+    history
+        .reserve_many(&api, "eu", "before", 100, "drop")
+        .await;
     primary.kill_postmaster();
-    reserve_all("no-primary", 50).await;
+    history
+        .reserve_many(&api, "eu", "no-primary", 50, "drop")
+        .await;
     standby.promote();
-    reserve_all("promoted", 50).await;
+    history
+        .reserve_many(&api, "eu", "promoted", 50, "drop")
+        .await;
     history.recover(&api, "drop", Duration::from_secs(15)).await;
-    reserve_all("after", 100).await;
+    history.reserve_many(&api, "eu", "after", 100, "drop").await;
 
-    let stored = history.read_back(&api).await;
-    let audit = api.assert_no_drift().await;
-    let held = audit["skus"][0]["held"].as_u64().unwrap();
-    // 100 before, the probe, the 100 during the failover (each retried
-    // until held) and the 100 after.
-    assert_eq!(held, 100 + 1 + 100 + 100);
-    history.check(
-        &Expect {
-            total: 100_000,
-            held_or_sold: history.held_keys().len() as u64,
-            // A request whose commit was in flight when the primary died
-            // has waited 10-15 s for its 503 (no primary existed then):
-            // bounding that wait is issue 21's open work, so this test
-            // checks what was acknowledged, not how fast the refusal came.
-            answer_within: Duration::from_secs(30),
-            staleness: Duration::from_secs(1),
-            schedule: "the primary killed after 100 holds, the standby promoted 50 requests later"
-                .into(),
-            down: Vec::new(),
-        },
-        &stored,
-    );
+    // Held: 100 before, the probe, the 100 during the failover (each
+    // retried until held) and the 100 after. A request whose commit was in
+    // flight when the primary died has waited 10-15 s for its 503 (no
+    // primary existed then): bounding that wait is issue 21's open work,
+    // so answers are bounded at 30 s and what was acknowledged is checked.
+    history
+        .check_one_region(
+            &api,
+            100 + 1 + 100 + 100,
+            Duration::from_secs(30),
+            "the primary killed after 100 holds, the standby promoted 50 requests later",
+        )
+        .await;
 }

@@ -100,6 +100,15 @@ impl History {
         self.start.elapsed()
     }
 
+    /// Reserves `n` keys `{prefix}-{i}` of `sku` at `region`'s agent, one
+    /// buyer after another, each key its own user; records every answer.
+    pub async fn reserve_many(&self, api: &Api, region: &str, prefix: &str, n: usize, sku: &str) {
+        for i in 0..n {
+            let key = format!("{prefix}-{i}");
+            self.reserve(api, region, &key, &key, sku).await;
+        }
+    }
+
     /// Sends one reserve for `key` to `region`'s agent and records it.
     pub async fn reserve(
         &self,
@@ -231,6 +240,31 @@ impl History {
             stored.insert(key, read);
         }
         stored
+    }
+
+    /// The end of a fault test on one region (`api`) selling one SKU of
+    /// 100,000 units: every held key read back, no drift, `held` units
+    /// held, then every [`History::check`] with answers due within
+    /// `answer_within` and SOLD_OUT at most 1 s stale.
+    pub async fn check_one_region(
+        &self,
+        api: &Api,
+        held: u64,
+        answer_within: Duration,
+        schedule: &str,
+    ) {
+        let stored = self.read_back(api).await;
+        let audit = api.assert_no_drift().await;
+        assert_eq!(audit["skus"][0]["held"].as_u64(), Some(held), "{audit}");
+        let expect = Expect {
+            total: 100_000,
+            held_or_sold: self.held_keys().len() as u64,
+            answer_within,
+            staleness: Duration::from_secs(1),
+            schedule: schedule.to_owned(),
+            down: Vec::new(),
+        };
+        self.check(&expect, &stored);
     }
 
     /// Runs every check, given each held key's status afterwards

@@ -238,15 +238,7 @@ impl Store {
             .ok_or(StoreError::UnknownSku)?;
         let before = loaded.allocation.clone();
         let moves = change(&mut loaded);
-        save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
-        tx.commit().await?;
-        self.observe(
-            Some(&before),
-            &loaded.allocation,
-            &loaded.names,
-            &moves,
-            None,
-        );
+        self.commit_change(tx, &before, &loaded, &moves).await?;
         Ok(Applied::Changed)
     }
 }

@@ -102,6 +102,21 @@ impl Store {
         &self.notices
     }
 
+    /// Saves the change of `loaded` from `before`, commits `tx`, then
+    /// [`Store::observe`]s it: an admin change's or a take's end.
+    async fn commit_change(
+        &self,
+        mut tx: backend::Tx,
+        before: &Allocation,
+        loaded: &books::Loaded,
+        moves: &Moves,
+    ) -> Result<(), StoreError> {
+        books::save(&mut tx, Some(before), &loaded.allocation, &loaded.names).await?;
+        tx.commit().await?;
+        self.observe(Some(before), &loaded.allocation, &loaded.names, moves, None);
+        Ok(())
+    }
+
     /// After a commit that took the SKU from `before` (`None`: created) to
     /// `after`: counts what a rebalance did, logs a tail merge, tells each
     /// region with something to do (`names` by region index) at once, and

@@ -397,15 +397,8 @@ impl Store {
             loaded
                 .allocation
                 .take(index, req, history, policy.as_ref(), &mut new_grant_id)?;
-        save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
-        tx.commit().await?;
-        self.observe(
-            Some(&before),
-            &loaded.allocation,
-            &loaded.names,
-            &taken.moves,
-            None,
-        );
+        self.commit_change(tx, &before, &loaded, &taken.moves)
+            .await?;
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
         metrics::counter!("coordinator_takes_total", "sold_out_everywhere" => taken.response.sold_out_everywhere.to_string())
             .increment(1);

@@ -15,6 +15,25 @@ fn tid(raw: &str) -> TransferId {
     TransferId::parse(raw).unwrap()
 }
 
+/// A take asking for `units` under `id`: a transfer's fields and no more.
+fn take_req(id: &str, units: u64) -> TakeRequest {
+    let TransferMsg {
+        id,
+        tenant,
+        sku,
+        units,
+    } = ret(id, units);
+    TakeRequest {
+        id,
+        tenant,
+        sku,
+        units,
+        prefetch: 0,
+        received: 0,
+        returned: 0,
+    }
+}
+
 fn ids() -> impl FnMut() -> TransferId {
     let mut next = 0u64;
     move || {
@@ -169,16 +188,13 @@ fn takes_grant_from_the_pool_once() {
     let mut a = new_sku(3, &[1, 1], &CentralOnly);
     assert_eq!(a.mode, Mode::Central);
     let take = |a: &mut Allocation, region, id: &str, units, history| {
-        let req = TakeRequest {
-            id: tid(id),
-            tenant: Tenant::parse("t").unwrap(),
-            sku: Sku::parse("s").unwrap(),
-            units,
-            prefetch: 0,
-            received: 0,
-            returned: 0,
-        };
-        a.take(region, &req, history, &CentralOnly, &mut ids())
+        a.take(
+            region,
+            &take_req(id, units),
+            history,
+            &CentralOnly,
+            &mut ids(),
+        )
     };
     let out = take(&mut a, 0, "t-1", 2, TakeHistory::Unused).unwrap();
     assert_eq!(
@@ -333,7 +349,7 @@ proptest! {
                         ),
                         _ => (tid(&format!("t-{}", takes.len())), TakeHistory::Unused),
                     };
-                    let req = TakeRequest { id: id.clone(), tenant: Tenant::parse("t").unwrap(), sku: Sku::parse("s").unwrap(), units: u64::from(units), prefetch: 0, received: 0, returned: 0 };
+                    let req = take_req(id.as_str(), u64::from(units));
                     match a.take(r, &req, history, policy.as_ref(), &mut next_id) {
                         Ok(out) => {
                             prop_assert!(out.granted <= before.pool.min(u64::from(units)));
