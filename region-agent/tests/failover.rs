@@ -4,7 +4,8 @@
 //! agent follows it by itself. Every acknowledged hold is on the new
 //! primary, the counters agree with the rows, and selling resumes. Runs
 //! the real `region-agent` binary on two PostgreSQL servers of the test's
-//! own (PostgreSQL only).
+//! own (PostgreSQL only). And a commit that waits for its synchronous
+//! standby is never cut short by the connection's statement timeout.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -12,10 +13,12 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use service_kit::sql::{sql, Db};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use test_support::history::History;
 use test_support::pg_server::PgServer;
-use test_support::{free_port, service, wait_ready, Api, Proc, ACME_KEY};
+use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
 /// Goal: a region survives losing its database's primary. 100 holds, the
 /// primary killed, 100 buyers reserving while no primary exists and while
@@ -62,6 +65,17 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
         .reserve_many(&api, "eu", "before", 100, "drop")
         .await;
     primary.kill_postmaster();
+    // With no primary, a read of the books is a pause to retry, not a fault.
+    eventually(
+        "the audit answers 503 PAUSED storage",
+        Duration::from_secs(20),
+        async || {
+            let (status, body) = api.admin_get("/v1/admin/audit").await;
+            assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+            status == StatusCode::SERVICE_UNAVAILABLE && body["reason"] == "storage"
+        },
+    )
+    .await;
     history
         .reserve_many(&api, "eu", "no-primary", 50, "drop")
         .await;
@@ -85,4 +99,67 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
             "the primary killed after 100 holds, the standby promoted 50 requests later",
         )
         .await;
+}
+
+/// Goal: a write's COMMIT through the services' SQL layer that waits for
+/// the synchronous standby outlives the connection's `statement_timeout`
+/// (0.5 s here) and succeeds once the standby confirms, with the row on
+/// the standby. A cancelled wait would be answered as committed on the
+/// primary alone, to be lost on a failover (Patroni #1412); PostgreSQL
+/// stops a statement's timer before its transaction commits, and nothing
+/// in the services may cancel the wait either.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_waiting_for_the_standby_outlives_the_statement_timeout() {
+    let Some(primary) = PgServer::start_or_skip("the test") else {
+        return;
+    };
+    let standby = PgServer::start_standby_of(&primary);
+    primary.require_synchronous_standby();
+    let options: PgConnectOptions = format!("{}/postgres", primary.url()).parse().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.options([("statement_timeout", "500ms")]))
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE holds (k text PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let db = Db::postgres(pool);
+
+    standby.stop_immediate();
+    let write = tokio::spawn(async move {
+        let mut tx = db.write().await?;
+        sql("INSERT INTO holds VALUES ('k-1')")
+            .execute(&mut tx)
+            .await?;
+        tx.commit().await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !write.is_finished(),
+        "the commit stopped waiting for the standby: {:?}",
+        write.await
+    );
+    standby.start_again();
+    let committed = tokio::time::timeout(Duration::from_secs(60), write)
+        .await
+        .expect("the commit ends once the standby is back")
+        .unwrap();
+    assert!(committed.is_ok(), "{committed:?}");
+    // The standby confirmed the WAL as flushed; it replays it a moment later.
+    let standby_url = format!("{}/postgres", standby.url());
+    eventually(
+        "the row is on the standby",
+        Duration::from_secs(10),
+        async || {
+            let mut on_standby = PgConnection::connect(&standby_url).await.unwrap();
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM holds")
+                .fetch_one(&mut on_standby)
+                .await
+                .unwrap();
+            rows == 1
+        },
+    )
+    .await;
 }

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod db;
 pub mod draw;
 pub mod faketime;
+pub mod ha_region;
 pub mod history;
 pub mod log;
 pub mod openapi;

@@ -135,6 +135,17 @@ impl PgServer {
         assert!(killed.success(), "kill -9 {pid} failed");
     }
 
+    /// Stops the server at once (`pg_ctl stop -m immediate`): a standby
+    /// stopped so stops confirming its primary's commits.
+    pub fn stop_immediate(&self) {
+        self.pg_ctl(&["stop", "-m", "immediate"]);
+    }
+
+    /// Starts the server again after [`PgServer::stop_immediate`].
+    pub fn start_again(&self) {
+        self.pg_ctl(&["start"]);
+    }
+
     /// Promotes this standby to a primary and waits until it is one.
     pub fn promote(&self) {
         self.pg_ctl(&["promote"]);

@@ -47,6 +47,12 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Fenced => ApiError::Paused(PauseReason::Halted),
+            // Unreachable or failing storage is a pause, which a retry
+            // outlives (a database failing over), not a server fault.
+            StoreError::Database(why) => {
+                tracing::warn!(error = %why, "storage read or write failed");
+                ApiError::Paused(PauseReason::Storage)
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

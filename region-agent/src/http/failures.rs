@@ -12,9 +12,9 @@ pub enum AdminReadFailures {
     /// `UNAUTHORIZED`: missing or wrong admin token
     #[response(status = 401)]
     Unauthorized(OutcomeBody),
-    /// `REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached
+    /// `REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached; `PAUSED` with `reason` `storage`: the database could not be read (unreachable, or no primary)
     #[response(status = 503, headers(("Retry-After" = u32, description = "Always 1")))]
-    QueueFull(OutcomeBody),
+    Unavailable(OutcomeBody),
 }
 
 /// What an admin route that changes a SKU through its owner may answer
@@ -48,9 +48,9 @@ pub enum BuyerReadFailures {
     /// `UNAUTHORIZED`: missing or wrong tenant key
     #[response(status = 401)]
     Unauthorized(OutcomeBody),
-    /// `REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached
+    /// `REJECTED_QUEUE_FULL`: the process-wide limit of requests in flight is reached; `PAUSED` with `reason` `storage`: the database could not be read (unreachable, or no primary)
     #[response(status = 503, headers(("Retry-After" = u32, description = "Always 1")))]
-    QueueFull(OutcomeBody),
+    Unavailable(OutcomeBody),
 }
 
 /// What an action on a reservation (confirm, release, extend) may answer

@@ -1,0 +1,78 @@
+//! A region's database under a real HA manager: `scripts/ha-region` starts
+//! a pg_auto_failover monitor and three nodes (a primary, two standbys,
+//! every commit confirmed by one of them); the agent is given the three
+//! hosts. Under a sale the primary's machine dies (its keeper and
+//! PostgreSQL killed with -9); the monitor promotes a standby by itself and
+//! the agent follows. Every acknowledged hold is on the new primary, the
+//! counters agree with the rows, and selling resumes. PostgreSQL and
+//! pg_auto_failover only.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+use test_support::ha_region::HaRegion;
+use test_support::history::History;
+use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+
+/// Goal: the HA manager, not a person, fails the region's database over.
+/// 100 holds; the primary's machine dies; 100 buyers reserve while the
+/// monitor notices and promotes a standby; every refused key is retried
+/// and 100 more come: every 201 is readable afterwards, the counters
+/// equal the rows, and a standby other than the dead node is the primary.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
+    let Some(region) = HaRegion::start_or_skip("the test") else {
+        return;
+    };
+    let port = free_port();
+    let _agent = Proc::spawn(
+        service(env!("CARGO_BIN_EXE_region-agent"), port, region.url()).args([
+            "--region",
+            "eu",
+            "--tenant-key",
+            &format!("acme={ACME_KEY}"),
+        ]),
+    );
+    let api = Api::new(&format!("http://127.0.0.1:{port}"));
+    wait_ready(&api.url).await;
+    let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let history = History::new();
+    history
+        .reserve_many(&api, "eu", "before", 100, "drop")
+        .await;
+    let dead = region.primary().await.expect("the formation has a primary");
+    let died = Instant::now();
+    region.kill_node(dead);
+    history
+        .reserve_many(&api, "eu", "failing-over", 100, "drop")
+        .await;
+    eventually(
+        "a standby is promoted",
+        Duration::from_secs(60),
+        async || region.primary().await.is_some_and(|p| p != dead),
+    )
+    .await;
+    let promoted = died.elapsed();
+    history.recover(&api, "drop", Duration::from_secs(30)).await;
+    eprintln!(
+        "node{dead} died; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after the death",
+        died.elapsed()
+    );
+    history.reserve_many(&api, "eu", "after", 100, "drop").await;
+
+    // Held: 100 before, the probe, the 100 during the failover (each
+    // retried until held) and the 100 after.
+    history
+        .check_one_region(
+            &api,
+            100 + 1 + 100 + 100,
+            Duration::from_secs(30),
+            "the primary's machine killed after 100 holds; pg_auto_failover promotes a standby",
+        )
+        .await;
+}

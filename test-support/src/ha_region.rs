@@ -1,0 +1,143 @@
+//! One region's highly available database, as `scripts/ha-region` starts
+//! it: a pg_auto_failover monitor and three PostgreSQL nodes, each in a
+//! process group of its own, so a test can make one node's machine die.
+//! Stopped (the script's SIGTERM path) and removed on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection};
+
+use crate::process::free_port;
+use crate::tools::skip_without;
+
+/// What the test needs of the machine.
+pub const TOOL: &str = "pg_auto_failover (apt-get install postgresql-15-auto-failover \
+                        pg-auto-failover-cli) and PostgreSQL's server binaries";
+
+/// Longest the formation may take to come up.
+const START_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// A running formation.
+pub struct HaRegion {
+    script: Child,
+    dir: PathBuf,
+    base: u16,
+    url: String,
+}
+
+impl HaRegion {
+    /// Starts the formation with an empty database `agent`; `None` (after
+    /// [`skip_without`]) where pg_auto_failover is not installed.
+    #[track_caller]
+    pub fn start_or_skip(what: &str) -> Option<Self> {
+        let installed = Command::new("pg_autoctl")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            skip_without(TOOL, what);
+            return None;
+        }
+        Some(Self::start())
+    }
+
+    fn start() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("escrow-ha-{}-{}", std::process::id(), free_port()));
+        // The monitor's port and the three above it must be free: take a
+        // free one and hope its neighbours are (the test fails loudly if not).
+        let base = free_port();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ha-region");
+        let mut child = Command::new(script)
+            .args([
+                "--dir",
+                &dir.display().to_string(),
+                "--port",
+                &base.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scripts/ha-region starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                if let Some(url) = line.strip_prefix("ha-region: ready: ") {
+                    let _ = tx.send(url.to_owned());
+                }
+            }
+        });
+        let url = rx.recv_timeout(START_TIMEOUT).unwrap_or_else(|_| {
+            panic!(
+                "scripts/ha-region was not ready within {START_TIMEOUT:?}; logs in {}",
+                dir.display()
+            )
+        });
+        Self {
+            script: child,
+            dir,
+            base,
+            url,
+        }
+    }
+
+    /// The multi-host URL of the formation's database `agent`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The data nodes' ports.
+    pub fn node_ports(&self) -> [u16; 3] {
+        [self.base + 1, self.base + 2, self.base + 3]
+    }
+
+    /// The node (1..=3) that is the primary now, by asking each node.
+    pub async fn primary(&self) -> Option<usize> {
+        for (i, port) in self.node_ports().into_iter().enumerate() {
+            let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+            let Ok(mut conn) = PgConnection::connect(&url).await else {
+                continue;
+            };
+            let standby: Result<bool, _> = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await;
+            if standby.is_ok_and(|s| !s) {
+                return Some(i + 1);
+            }
+        }
+        None
+    }
+
+    /// Node `n`'s machine dies: its keeper and its PostgreSQL, the whole
+    /// process group, are killed with SIGKILL. No shutdown, no checkpoint.
+    pub fn kill_node(&self, n: usize) {
+        let group = std::fs::read_to_string(self.dir.join(format!("node{n}.pid")))
+            .expect("the script wrote the node's process group");
+        let killed = Command::new("kill")
+            .args(["-9", "--", &format!("-{}", group.trim())])
+            .status()
+            .expect("kill runs");
+        assert!(
+            killed.success(),
+            "kill -9 of node{n}'s process group failed"
+        );
+    }
+}
+
+impl Drop for HaRegion {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.script.id().to_string()])
+            .status();
+        let _ = self.script.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
