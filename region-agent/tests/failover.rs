@@ -4,8 +4,10 @@
 //! agent follows it by itself. Every acknowledged hold is on the new
 //! primary, the counters agree with the rows, and selling resumes. Runs
 //! the real `region-agent` binary on two PostgreSQL servers of the test's
-//! own (PostgreSQL only). And a commit that waits for its synchronous
-//! standby is never cut short by the connection's statement timeout.
+//! own (PostgreSQL only). A commit that waits for its synchronous standby
+//! is never cut short by the connection's statement timeout. And the
+//! negative control: with asynchronous replication, acknowledged holds are
+//! lost on the same failover.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -20,6 +22,69 @@ use test_support::history::History;
 use test_support::pg_server::PgServer;
 use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
 
+/// A primary with a streaming standby (synchronous or not) and an agent
+/// given both hosts, selling SKU `drop` of 100,000 units.
+struct Replicated {
+    primary: PgServer,
+    standby: PgServer,
+    _agent: Proc,
+    api: Api,
+}
+
+impl Replicated {
+    async fn start(synchronous: bool) -> Option<Self> {
+        let primary = PgServer::start_or_skip("the test")?;
+        let mut admin = PgConnection::connect(&format!("{}/postgres", primary.url()))
+            .await
+            .unwrap();
+        sqlx::query("CREATE DATABASE agent")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        let standby = PgServer::start_standby_of(&primary);
+        if synchronous {
+            primary.require_synchronous_standby();
+        }
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/agent?target_session_attrs=read-write",
+            primary.port(),
+            standby.port()
+        );
+        let port = free_port();
+        let agent = Proc::spawn(
+            service(env!("CARGO_BIN_EXE_region-agent"), port, &url).args([
+                "--region",
+                "eu",
+                "--tenant-key",
+                &format!("acme={ACME_KEY}"),
+            ]),
+        );
+        let api = Api::new(&format!("http://127.0.0.1:{port}"));
+        wait_ready(&api.url).await;
+        let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        Some(Self {
+            primary,
+            standby,
+            _agent: agent,
+            api,
+        })
+    }
+
+    /// How many of `keys` have a reservation row on the standby (which
+    /// may be the promoted primary by then).
+    async fn rows_on_standby(&self, keys: &[String]) -> i64 {
+        let url = format!("{}/agent", self.standby.url());
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE request_key = ANY($1)")
+            .bind(keys)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    }
+}
+
 /// Goal: a region survives losing its database's primary. 100 holds, the
 /// primary killed, 100 buyers reserving while no primary exists and while
 /// the standby is promoted, then every refused key retried and 100 more:
@@ -28,37 +93,15 @@ use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_K
 /// restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
-    let Some(primary) = PgServer::start_or_skip("the test") else {
+    let Some(Replicated {
+        primary,
+        standby,
+        _agent,
+        api,
+    }) = Replicated::start(true).await
+    else {
         return;
     };
-    let mut admin = PgConnection::connect(&format!("{}/postgres", primary.url()))
-        .await
-        .unwrap();
-    sqlx::query("CREATE DATABASE agent")
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    admin.close().await.unwrap();
-    let standby = PgServer::start_standby_of(&primary);
-    primary.require_synchronous_standby();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/agent?target_session_attrs=read-write",
-        primary.port(),
-        standby.port()
-    );
-    let port = free_port();
-    let _agent = Proc::spawn(
-        service(env!("CARGO_BIN_EXE_region-agent"), port, &url).args([
-            "--region",
-            "eu",
-            "--tenant-key",
-            &format!("acme={ACME_KEY}"),
-        ]),
-    );
-    let api = Api::new(&format!("http://127.0.0.1:{port}"));
-    wait_ready(&api.url).await;
-    let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
 
     let history = History::new();
     history
@@ -162,4 +205,57 @@ async fn a_commit_waiting_for_the_standby_outlives_the_statement_timeout() {
         },
     )
     .await;
+}
+
+/// Goal (the negative control, why the synchronous standby matters): with
+/// asynchronous replication, holds the primary acknowledged while its
+/// standby was behind are lost when the standby is promoted. 100 holds
+/// reach the standby; the standby stops; 100 more are acknowledged by the
+/// primary alone; the primary dies and the standby is promoted: none of
+/// those 100 is on it, so their units would be sold again. With the
+/// synchronous standby of the tests above, a stopped standby stalls the
+/// commits instead: nothing is acknowledged that it lacks.
+#[tokio::test(flavor = "multi_thread")]
+async fn asynchronous_replication_loses_acknowledged_holds() {
+    let Some(region) = Replicated::start(false).await else {
+        return;
+    };
+    let history = History::new();
+    let api = &region.api;
+    history
+        .reserve_many(api, "eu", "replicated", 100, "drop")
+        .await;
+    let replicated: Vec<String> = history.held_keys().into_keys().collect();
+    assert_eq!(replicated.len(), 100);
+    eventually(
+        "the standby has the first 100",
+        Duration::from_secs(20),
+        async || region.rows_on_standby(&replicated).await == 100,
+    )
+    .await;
+    region.standby.stop_immediate();
+    history
+        .reserve_many(api, "eu", "primary-only", 100, "drop")
+        .await;
+    let acknowledged: Vec<String> = history
+        .held_keys()
+        .into_keys()
+        .filter(|k| k.starts_with("primary-only"))
+        .collect();
+    region.primary.kill_postmaster();
+    region.standby.start_again();
+    region.standby.promote();
+    let kept = region.rows_on_standby(&acknowledged).await;
+    eprintln!(
+        "asynchronous replication: {} holds acknowledged while the standby was behind, {} lost on failover",
+        acknowledged.len(),
+        acknowledged.len() as i64 - kept
+    );
+    assert_eq!(
+        acknowledged.len(),
+        100,
+        "the primary alone acknowledged every hold"
+    );
+    assert_eq!(kept, 0, "every hold the standby lacked is lost");
+    assert_eq!(region.rows_on_standby(&replicated).await, 100);
 }
