@@ -22,6 +22,8 @@ use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_K
 /// monitor notices and promotes a standby; every refused key is retried
 /// and 100 more come: every 201 is readable afterwards, the counters
 /// equal the rows, and a standby other than the dead node is the primary.
+/// The dead machine, started again, rejoins as a standby and takes none of
+/// the agent's writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
     let Some(region) = HaRegion::start_or_skip("the test") else {
@@ -63,7 +65,22 @@ async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
         "node{dead} died; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after the death",
         died.elapsed()
     );
+    // The dead machine comes back: it rejoins as a standby, never as a
+    // second primary taking the agent's writes.
+    region.restart_node(dead);
+    eventually(
+        "the old primary rejoins as a standby",
+        Duration::from_secs(60),
+        async || region.in_recovery(dead).await == Some(true),
+    )
+    .await;
     history.reserve_many(&api, "eu", "after", 100, "drop").await;
+    assert_eq!(
+        region.in_recovery(dead).await,
+        Some(true),
+        "node{dead} stays a standby"
+    );
+    assert_ne!(region.primary().await, Some(dead));
 
     // Held: 100 before, the probe, the 100 during the failover (each
     // retried until held) and the 100 after.

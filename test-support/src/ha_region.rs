@@ -53,8 +53,7 @@ impl HaRegion {
         // The monitor's port and the three above it must be free: take a
         // free one and hope its neighbours are (the test fails loudly if not).
         let base = free_port();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ha-region");
-        let mut child = Command::new(script)
+        let mut child = Command::new(script())
             .args([
                 "--dir",
                 &dir.display().to_string(),
@@ -101,19 +100,38 @@ impl HaRegion {
 
     /// The node (1..=3) that is the primary now, by asking each node.
     pub async fn primary(&self) -> Option<usize> {
-        for (i, port) in self.node_ports().into_iter().enumerate() {
-            let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-            let Ok(mut conn) = PgConnection::connect(&url).await else {
-                continue;
-            };
-            let standby: Result<bool, _> = sqlx::query_scalar("SELECT pg_is_in_recovery()")
-                .fetch_one(&mut conn)
-                .await;
-            if standby.is_ok_and(|s| !s) {
-                return Some(i + 1);
+        for n in 1..=3 {
+            if self.in_recovery(n).await == Some(false) {
+                return Some(n);
             }
         }
         None
+    }
+
+    /// Whether node `n` (1..=3) is a standby now; `None` if it does not answer.
+    pub async fn in_recovery(&self, n: usize) -> Option<bool> {
+        let port = self.node_ports()[n - 1];
+        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+        let mut conn = PgConnection::connect(&url).await.ok()?;
+        sqlx::query_scalar("SELECT pg_is_in_recovery()")
+            .fetch_one(&mut conn)
+            .await
+            .ok()
+    }
+
+    /// Node `n`'s machine comes back: its keeper starts again on its old
+    /// data (`scripts/ha-region --restart`); the monitor decides its role.
+    pub fn restart_node(&self, n: usize) {
+        let started = Command::new(script())
+            .args([
+                "--dir",
+                &self.dir.display().to_string(),
+                "--restart",
+                &n.to_string(),
+            ])
+            .status()
+            .expect("scripts/ha-region runs");
+        assert!(started.success(), "restarting node{n} failed");
     }
 
     /// Node `n`'s machine dies: its keeper and its PostgreSQL, the whole
@@ -130,6 +148,11 @@ impl HaRegion {
             "kill -9 of node{n}'s process group failed"
         );
     }
+}
+
+/// `scripts/ha-region`.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ha-region")
 }
 
 impl Drop for HaRegion {
