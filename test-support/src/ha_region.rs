@@ -108,15 +108,22 @@ impl HaRegion {
         None
     }
 
-    /// Whether node `n` (1..=3) is a standby now; `None` if it does not answer.
+    /// Whether node `n` (1..=3) is a standby now; `None` if it does not
+    /// answer within a second.
     pub async fn in_recovery(&self, n: usize) -> Option<bool> {
         let port = self.node_ports()[n - 1];
         let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        let mut conn = PgConnection::connect(&url).await.ok()?;
-        sqlx::query_scalar("SELECT pg_is_in_recovery()")
-            .fetch_one(&mut conn)
+        let ask = async {
+            let mut conn = PgConnection::connect(&url).await.ok()?;
+            sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await
+                .ok()
+        };
+        tokio::time::timeout(Duration::from_secs(1), ask)
             .await
             .ok()
+            .flatten()
     }
 
     /// Node `n`'s machine comes back: its keeper starts again on its old
