@@ -14,13 +14,12 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::json;
 use service_kit::sql::{sql, Db};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use test_support::history::History;
 use test_support::pg_server::PgServer;
-use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+use test_support::{eventually, selling_agent, Api, Proc};
 
 /// A primary with a streaming standby (synchronous or not) and an agent
 /// given both hosts, selling SKU `drop` of 100,000 units.
@@ -51,19 +50,7 @@ impl Replicated {
             primary.port(),
             standby.port()
         );
-        let port = free_port();
-        let agent = Proc::spawn(
-            service(env!("CARGO_BIN_EXE_region-agent"), port, &url).args([
-                "--region",
-                "eu",
-                "--tenant-key",
-                &format!("acme={ACME_KEY}"),
-            ]),
-        );
-        let api = Api::new(&format!("http://127.0.0.1:{port}"));
-        wait_ready(&api.url).await;
-        let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (agent, api) = selling_agent(env!("CARGO_BIN_EXE_region-agent"), &url).await;
         Some(Self {
             primary,
             standby,

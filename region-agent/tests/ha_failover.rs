@@ -11,11 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
-use serde_json::json;
 use test_support::ha_region::HaRegion;
 use test_support::history::History;
-use test_support::{eventually, free_port, service, wait_ready, Api, Proc, ACME_KEY};
+use test_support::{eventually, selling_agent};
 
 /// Goal: the HA manager, not a person, fails the region's database over.
 /// 100 holds; the primary's machine dies; 100 buyers reserve while the
@@ -29,19 +27,7 @@ async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
     let Some(region) = HaRegion::start_or_skip("the test") else {
         return;
     };
-    let port = free_port();
-    let _agent = Proc::spawn(
-        service(env!("CARGO_BIN_EXE_region-agent"), port, region.url()).args([
-            "--region",
-            "eu",
-            "--tenant-key",
-            &format!("acme={ACME_KEY}"),
-        ]),
-    );
-    let api = Api::new(&format!("http://127.0.0.1:{port}"));
-    wait_ready(&api.url).await;
-    let (status, body) = api.put_sku("acme", "drop", json!({"total": 100_000})).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_agent, api) = selling_agent(env!("CARGO_BIN_EXE_region-agent"), region.url()).await;
 
     let history = History::new();
     history

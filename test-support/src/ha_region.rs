@@ -50,9 +50,7 @@ impl HaRegion {
     fn start() -> Self {
         let dir =
             std::env::temp_dir().join(format!("escrow-ha-{}-{}", std::process::id(), free_port()));
-        // The monitor's port and the three above it must be free: take a
-        // free one and hope its neighbours are (the test fails loudly if not).
-        let base = free_port();
+        let base = four_free_ports();
         let mut child = Command::new(script())
             .args([
                 "--dir",
@@ -74,10 +72,9 @@ impl HaRegion {
                 }
             }
         });
-        let url = rx.recv_timeout(START_TIMEOUT).unwrap_or_else(|_| {
+        let url = rx.recv_timeout(START_TIMEOUT).unwrap_or_else(|e| {
             panic!(
-                "scripts/ha-region was not ready within {START_TIMEOUT:?}; logs in {}",
-                dir.display()
+                "scripts/ha-region did not print its URL ({e}: it stopped, or took over {START_TIMEOUT:?}); its output is above"
             )
         });
         Self {
@@ -154,6 +151,21 @@ impl HaRegion {
             killed.success(),
             "kill -9 of node{n}'s process group failed"
         );
+    }
+}
+
+/// A port that is free with the three above it (the monitor's and the
+/// nodes').
+fn four_free_ports() -> u16 {
+    loop {
+        let base = free_port();
+        let free = (0..4).all(|i| {
+            base.checked_add(i)
+                .is_some_and(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        });
+        if free {
+            return base;
+        }
     }
 }
 

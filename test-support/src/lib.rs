@@ -42,7 +42,7 @@ pub use api::{client, Api, Final, ACME_KEY, ADMIN, OTHER_KEY};
 pub use backend::{Backend, Locked, TestDb};
 pub use db::{database_url, server_of, server_url};
 pub use poll::eventually;
-pub use process::{binary, free_port, service, wait_ready, Proc};
+pub use process::{binary, free_port, selling_agent, service, wait_ready, Proc};
 pub use serve::Served;
 /// The driver the backend macro's expansion names, so a test crate need
 /// not depend on sqlx itself.

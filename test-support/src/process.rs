@@ -9,7 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use harness::process::{free_addr, is_ready, Binaries, READY_TIMEOUT};
 
-use crate::api::ADMIN;
+use crate::api::{Api, ACME_KEY, ADMIN};
 use crate::poll::eventually;
 
 /// A workspace binary built next to the running test
@@ -33,6 +33,26 @@ pub fn service(program: impl AsRef<OsStr>, port: u16, database_url: &str) -> Com
         .args(["--database-url", database_url])
         .args(["--admin-token", ADMIN]);
     cmd
+}
+
+/// A standalone region agent `eu` (the binary `agent_exe`) on
+/// `database_url`, once ready selling tenant acme's SKU `drop` of 100,000
+/// units: the start of the database failover tests.
+pub async fn selling_agent(agent_exe: &str, database_url: &str) -> (Proc, Api) {
+    let port = free_port();
+    let agent = Proc::spawn(service(agent_exe, port, database_url).args([
+        "--region",
+        "eu",
+        "--tenant-key",
+        &format!("acme={ACME_KEY}"),
+    ]));
+    let api = Api::new(&format!("http://127.0.0.1:{port}"));
+    wait_ready(&api.url).await;
+    let (status, body) = api
+        .put_sku("acme", "drop", serde_json::json!({"total": 100_000}))
+        .await;
+    assert!(status.is_success(), "{status}: {body}");
+    (agent, api)
 }
 
 /// A loopback port free right now.
