@@ -14,11 +14,10 @@ use anyhow::Context;
 use bench::load::{LoadSpec, Workload};
 use bench::report::{self, Machine};
 use bench::scenario::{self, AgentFlags, Settings};
-use bench::HOT_PATH_PACKAGES;
 use clap::{Parser, Subcommand};
 use harness::cluster::{ClusterFlags, Logs, Storage};
 use harness::link::{parse_distances, Distances};
-use harness::process::{Binaries, CLUSTER_PACKAGES};
+use harness::process::Binaries;
 use harness::sale::TailSettings;
 use harness::shape::{
     default_skew, parse_skew, scenario_sale, Sale, Shape, DISTANCE_PRESETS, PRESETS,
@@ -267,7 +266,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         return coordinator_capacity(&cli, args).await;
     }
     if !cli.no_build && cli.bin_dir.is_none() {
-        Binaries::build(&HOT_PATH_PACKAGES).await?;
+        Binaries::build().await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
     bench::check_hot_path(&binaries)?;
@@ -391,7 +390,7 @@ fn code_version() -> String {
 
 async fn coordinator_capacity(cli: &Cli, args: &CapacityArgs) -> anyhow::Result<()> {
     if !cli.no_build && cli.bin_dir.is_none() {
-        Binaries::build(&CLUSTER_PACKAGES).await?;
+        Binaries::build().await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
     binaries.check_cluster()?;
@@ -423,7 +422,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
     };
     anyhow::ensure!(!args.policies.is_empty(), "--policies names at least one");
     if !cli.no_build && cli.bin_dir.is_none() {
-        Binaries::build(&CLUSTER_PACKAGES).await?;
+        Binaries::build().await?;
     }
     let binaries = Binaries::locate(cli.bin_dir.as_deref())?;
     binaries.check_cluster()?;

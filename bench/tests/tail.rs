@@ -15,7 +15,7 @@ use std::time::Duration;
 use bench::tail::run_policy;
 use harness::cluster::{Backend, ClusterFlags, Logs, Storage};
 use harness::outcome::Outcome;
-use harness::process::{Binaries, CLUSTER_PACKAGES};
+use harness::process::Binaries;
 use harness::sale::TailSettings;
 use harness::shape::Shape;
 
@@ -61,7 +61,7 @@ fn settings(binaries: Binaries, storage: Storage) -> TailSettings {
 /// SOLD_OUT, none out of patience and none with an unexpected answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_sale_counts_add_up() {
-    Binaries::build(&CLUSTER_PACKAGES).await.unwrap();
+    Binaries::build().await.unwrap();
     let binaries = Binaries::locate(None).unwrap();
     binaries.check_cluster().unwrap();
     let mut shape = Shape::preset("skewed-701").unwrap();
@@ -111,7 +111,7 @@ async fn tail_sale_counts_add_up() {
 /// round trip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_at_a_distance_counts_add_up() {
-    Binaries::build(&CLUSTER_PACKAGES).await.unwrap();
+    Binaries::build().await.unwrap();
     let binaries = Binaries::locate(None).unwrap();
     binaries.check_cluster().unwrap();
     let mut shape = Shape::preset("dist-spread").unwrap();

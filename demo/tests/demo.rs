@@ -13,10 +13,6 @@ use std::process::Command;
 
 use harness::process::Binaries;
 
-/// The services' packages the demo starts (built here in the test's
-/// profile, beside the `demo` binary).
-const PACKAGES: [&str; 3] = ["coordinator", "region-agent", "escrowctl"];
-
 /// The value of summary row `label` (`  label    value`), if printed.
 fn row<'a>(stdout: &'a str, label: &str) -> Option<&'a str> {
     stdout.lines().find_map(|line| {
@@ -45,7 +41,9 @@ fn leading_count(text: &str) -> Option<u64> {
 /// stdout, and the run directory holding every process's database and log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_sale_sells_every_unit_once_on_sqlite() {
-    Binaries::build(&PACKAGES).await.unwrap();
+    // The services the demo starts, built in the test's profile beside
+    // the `demo` binary.
+    Binaries::build().await.unwrap();
     let runs = std::env::temp_dir().join(format!("demo-test-runs-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_demo"))
         .args(["--units", "200", "--buyers", "600", "--seconds", "3"])

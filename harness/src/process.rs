@@ -356,20 +356,21 @@ impl Binaries {
         })
     }
 
-    /// Builds the binaries of `packages` with cargo in the profile this
+    /// Builds the workspace's binaries with cargo in the profile this
     /// binary was built with (a no-op when they are up to date), so
-    /// `cargo run -p bench` alone never benchmarks a stale server.
-    pub async fn build(packages: &[&str]) -> anyhow::Result<()> {
+    /// `cargo run -p bench` alone never benchmarks a stale server. The
+    /// whole workspace, as `scripts/test` builds it: a build of a few
+    /// packages resolves the dependencies' features differently and
+    /// compiles sqlx and the services a second time.
+    pub async fn build() -> anyhow::Result<()> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .context("harness/ sits in the workspace")?;
         let mut command = Command::new(cargo);
-        command.current_dir(workspace).arg("build");
-        for package in packages {
-            command.args(["-p", package]);
-        }
-        command.arg("--bins");
+        command
+            .current_dir(workspace)
+            .args(["build", "--workspace", "--bins"]);
         if !cfg!(debug_assertions) {
             command.arg("--release");
         }
