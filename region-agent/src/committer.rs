@@ -12,9 +12,17 @@
 //! committed again without it, so one SKU's failure costs the others a
 //! retry, never their batch. A transaction that fails as a whole (lost
 //! connection, lost lease) fails every batch it carried.
+//!
+//! A transaction gets [`DATABASE_ANSWER_TIMEOUT`] to answer. A primary
+//! whose machine froze never answers and never closes its connections;
+//! past the bound its batches' outcome is unknown
+//! ([`StoreError::OutcomeUnknown`]) and their owners settle them from the
+//! database, wherever its primary is then. The commit on the server is not
+//! cancelled (the connection is left behind): a commit waiting for its
+//! standby ends by the server's own rules.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use escrow_core::batch::{Batch, BatchOutcome};
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -27,6 +35,13 @@ pub const COMMITTERS: usize = 4;
 
 /// Most batches one transaction carries.
 pub const BATCHES_PER_COMMIT_MAX: usize = 128;
+
+/// Longest a transaction (or an owner's read) waits for the database's
+/// answer: past the server's own `statement_timeout` (10 s), so a server
+/// that answers ends its statements itself, and short of
+/// [`escrow_core::owner::SETTLE_MS`], so a batch whose commit got no answer
+/// still has time to be settled on a promoted standby.
+pub const DATABASE_ANSWER_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// A batch and where its result goes, with the batch handed back.
 type Job = (
@@ -95,7 +110,16 @@ async fn commit(store: &dyn Store, fence: &Fence, mut jobs: Vec<Job>) {
         let batches: Vec<&Batch> = jobs.iter().map(|(batch, _)| batch).collect();
         metrics::histogram!("escrow_commit_batches").record(batches.len() as f64);
         let started = Instant::now();
-        let result = store.commit_all(fence.epoch(), &batches).await;
+        let result = tokio::time::timeout(
+            DATABASE_ANSWER_TIMEOUT,
+            store.commit_all(fence.epoch(), &batches),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(BatchError::whole(StoreError::OutcomeUnknown(format!(
+                "no answer from the database in {DATABASE_ANSWER_TIMEOUT:?}"
+            ))))
+        });
         metrics::histogram!("escrow_commit_seconds").record(started.elapsed().as_secs_f64());
         match result {
             Ok(outcomes) => {

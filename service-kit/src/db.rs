@@ -90,6 +90,14 @@ pub async fn connect_postgres(
         )
     })?;
     let pool = pool_options
+        // A primary whose machine froze keeps its connections open and
+        // never answers: a connection is pinged within PROBE_TIMEOUT when
+        // taken and when given back, and one that does not answer is
+        // dropped, so the pool's connections move to the promoted standby
+        // instead of hanging on the frozen host.
+        .test_before_acquire(false)
+        .before_acquire(|conn, _| Box::pin(answers_in_time(conn)))
+        .after_release(|conn, _| Box::pin(answers_in_time(conn)))
         .after_connect(|conn, _| {
             Box::pin(async move {
                 if primary::is_standby(conn).await? {
@@ -106,6 +114,19 @@ pub async fn connect_postgres(
     tracing::info!(primary = hosts.name(first), "database primary found");
     tokio::spawn(primary::follow(pool.clone(), hosts, first));
     Ok(pool)
+}
+
+/// Whether `conn` answers a ping within [`primary::PROBE_TIMEOUT`]; an
+/// error (the pool then drops the connection) if it does not.
+async fn answers_in_time(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    match tokio::time::timeout(primary::PROBE_TIMEOUT, conn.ping()).await {
+        Ok(pinged) => pinged.map(|()| true),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer to a ping in {:?}", primary::PROBE_TIMEOUT),
+        ))),
+    }
 }
 
 /// How every connection to a SQLite file is opened: created if missing,

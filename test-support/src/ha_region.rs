@@ -141,17 +141,88 @@ impl HaRegion {
     /// Node `n`'s machine dies: its keeper and its PostgreSQL, the whole
     /// process group, are killed with SIGKILL. No shutdown, no checkpoint.
     pub fn kill_node(&self, n: usize) {
-        let group = std::fs::read_to_string(self.dir.join(format!("node{n}.pid")))
-            .expect("the script wrote the node's process group");
-        let killed = Command::new("kill")
-            .args(["-9", "--", &format!("-{}", group.trim())])
+        self.signal_node(n, "-KILL");
+    }
+
+    /// Node `n`'s machine freezes: every process of the node (its keeper,
+    /// its postmaster and the postmaster's children, which PostgreSQL puts
+    /// in sessions of their own) is stopped with SIGSTOP, parents first.
+    /// Its sockets stay open and the kernel still accepts connections for
+    /// it, but nothing answers.
+    pub fn freeze_node(&self, n: usize) {
+        let pids = self.node_processes(n);
+        signal(&pids, "-STOP");
+    }
+
+    /// Node `n`'s frozen machine runs again (SIGCONT to every process).
+    pub fn thaw_node(&self, n: usize) {
+        let pids = self.node_processes(n);
+        signal(&pids, "-CONT");
+    }
+
+    fn signal_node(&self, n: usize, signal: &str) {
+        let group = self.node_group(n);
+        let sent = Command::new("kill")
+            .args([signal, "--", &format!("-{group}")])
             .status()
             .expect("kill runs");
         assert!(
-            killed.success(),
-            "kill -9 of node{n}'s process group failed"
+            sent.success(),
+            "kill {signal} of node{n}'s process group failed"
         );
     }
+
+    fn node_group(&self, n: usize) -> u32 {
+        std::fs::read_to_string(self.dir.join(format!("node{n}.pid")))
+            .expect("the script wrote the node's process group")
+            .trim()
+            .parse()
+            .expect("a process group id")
+    }
+
+    /// Node `n`'s process group and every descendant of its members, each
+    /// listed after its parent.
+    fn node_processes(&self, n: usize) -> Vec<u32> {
+        let group = self.node_group(n);
+        let ps = Command::new("ps")
+            .args(["-eo", "pid=,ppid=,pgid="])
+            .output()
+            .expect("ps runs");
+        let table: Vec<[u32; 3]> = String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace().map(|f| f.parse().ok());
+                Some([fields.next()??, fields.next()??, fields.next()??])
+            })
+            .collect();
+        let mut pids: Vec<u32> = table
+            .iter()
+            .filter(|[_, _, pgid]| *pgid == group)
+            .map(|[pid, _, _]| *pid)
+            .collect();
+        let mut i = 0;
+        while i < pids.len() {
+            let parent = pids[i];
+            for [pid, ppid, _] in &table {
+                if *ppid == parent && !pids.contains(pid) {
+                    pids.push(*pid);
+                }
+            }
+            i += 1;
+        }
+        pids
+    }
+}
+
+/// Sends `signal` (as `kill` spells it) to every process of `pids`.
+fn signal(pids: &[u32], signal: &str) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let sent = Command::new("kill")
+        .arg(signal)
+        .args(&pids)
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {signal} {pids:?} failed");
 }
 
 /// A port that is free with the three above it (the monitor's and the

@@ -15,9 +15,9 @@ impl From<service_kit::sql::Error> for StoreError {
         use service_kit::sql::Error;
         match error {
             Error::Corrupt(why) => StoreError::Corrupt(why),
-            Error::CheckViolation(message) | Error::Database(message) => {
-                StoreError::Database(message)
-            }
+            Error::CheckViolation(message)
+            | Error::Database(message)
+            | Error::Unanswered(message) => StoreError::Database(message),
         }
     }
 }

@@ -73,8 +73,8 @@ impl SkuOwner {
                 p.in_failed_commit && r.user_id == p.request.user_id && r.qty == p.request.qty
             });
             if let Some(r) = committed {
-                let reply = ReserveReply::Held(r.clone());
-                self.reply(p.ticket, Reply::Reserve(reply));
+                let r = r.clone();
+                work.confirmed.push((p, r));
             } else if self.paused {
                 let reply = ReserveReply::Paused(PauseReason::AdminPause);
                 self.reply(p.ticket, Reply::Reserve(reply));
@@ -250,7 +250,9 @@ impl SkuOwner {
             let qty = self.holds[&key].qty;
             work.batch.transitions.push((key, qty, Transition::Expire));
         }
-        if work.batch.is_empty() {
+        // A retried batch commits even when empty: its durable commit is
+        // what makes the rows it found safe to answer from.
+        if work.batch.is_empty() && !work.retrying {
             return self.committed(work, BatchOutcome::default());
         }
         let batch = std::mem::replace(

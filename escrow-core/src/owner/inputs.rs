@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::work::{quantities, PendingAct, PendingReserve, Phase, TakeEnd, Work};
 use super::{
     ActReply, AdminReply, Command, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
-    SWEEP_INTERVAL_MS, TAKE_RETRY_MS,
+    SETTLE_MS, SWEEP_INTERVAL_MS, TAKE_RETRY_MS,
 };
 use crate::admission::plan_reserves;
 use crate::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
@@ -152,11 +152,16 @@ impl SkuOwner {
         }
     }
 
-    /// The stored state after [`Io::Reload`], or `None` if it could not be read.
-    pub fn handle_reload(&mut self, record: Option<SkuRecord>) {
+    /// The stored state after [`Io::Reload`] at `now_ms`, or `None` if it
+    /// could not be read. A batch settling a commit of unknown outcome asks
+    /// again after a failed read, until its time is up (then PAUSED).
+    pub fn handle_reload(&mut self, now_ms: u64, record: Option<SkuRecord>) {
         let Phase::Reloading(work) = std::mem::replace(&mut self.phase, Phase::Idle) else {
             panic!("a reload answer without a reload");
         };
+        if work.settle_until_ms.is_some_and(|until| now_ms >= until) {
+            return self.refuse(work, PauseReason::Storage);
+        }
         match record {
             Some(record) => {
                 self.needs_reload = false;
@@ -165,6 +170,10 @@ impl SkuOwner {
                     return self.refuse(work, PauseReason::Halted);
                 }
                 self.next_admin(work);
+            }
+            None if work.settle_until_ms.is_some() => {
+                self.phase = Phase::Reloading(work);
+                self.io = Some(Io::Reload);
             }
             None => self.refuse(work, PauseReason::Storage),
         }
@@ -296,8 +305,13 @@ impl SkuOwner {
                     work.batch = batch;
                     self.committed(work, outcome)
                 }
-                Err(CommitError::Failed) if !work.retrying => {
-                    self.retry_after_failed_commit(&batch, work)
+                Err(CommitError::Unknown) => {
+                    let until = work.settle_until_ms.unwrap_or(work.now_ms + SETTLE_MS);
+                    self.retry_after_failed_commit(&batch, work, Some(until))
+                }
+                Err(CommitError::Failed) if !work.retrying || work.settle_until_ms.is_some() => {
+                    let until = work.settle_until_ms;
+                    self.retry_after_failed_commit(&batch, work, until)
                 }
                 Err(error) => {
                     let reason = self.commit_failed(error);

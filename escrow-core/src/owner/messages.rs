@@ -219,7 +219,9 @@ pub enum Io {
     Take(TakeRequest),
     /// Commit this batch in one transaction; then `handle_commit_result`.
     Commit(Batch),
-    /// Load the SKU's stored state again; then `handle_reload`.
+    /// Load the SKU's stored state again; then `handle_reload`. A driver
+    /// waits [`super::RELOAD_RETRY_MS`] before a reload that follows a
+    /// failed one.
     Reload,
 }
 
@@ -228,6 +230,12 @@ pub enum Io {
 pub enum CommitError {
     /// A newer process holds the region: this one never writes again.
     Fenced,
-    /// Unknown outcome or refused: memory may be wrong, reload first.
+    /// Refused, or failed before the commit was asked for: memory may be
+    /// wrong, reload first.
     Failed,
+    /// The commit itself got no answer (the connection broke, or the
+    /// database did not answer in time): it may have happened, on the
+    /// primary alone or everywhere. Settled from the database (reload,
+    /// commit again) for up to [`super::SETTLE_MS`], never guessed.
+    Unknown,
 }

@@ -89,6 +89,17 @@ pub struct OwnerConfig {
     pub transfer_id_prefix: String,
 }
 
+/// How long, from its batch's start, the owner keeps settling a commit of
+/// unknown outcome ([`CommitError::Unknown`]: reload, commit again) before
+/// its buyers are told PAUSED: longer than a database failover takes to
+/// notice a dead primary and promote a standby (pg_auto_failover: 10-20 s
+/// with the settings of `scripts/ha-region`), so a buyer in such a batch
+/// gets what is true, not a 503.
+pub const SETTLE_MS: u64 = 30_000;
+
+/// How long a driver waits before a reload that follows a failed one.
+pub const RELOAD_RETRY_MS: u64 = 250;
+
 /// How long parked requests wait before the owner asks the coordinator
 /// again after a take that failed or fell short, unless a directive or
 /// grant arrives first. After a take that brought everything it asked for

@@ -99,6 +99,9 @@ impl SkuOwner {
             self.reply(a.ticket, Reply::Act(reply));
         }
 
+        for (p, r) in std::mem::take(&mut work.confirmed) {
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Held(r)));
+        }
         let mut existing = std::mem::take(&mut work.lookups);
         let holding = std::mem::take(&mut work.holding);
         for ((p, hold), inserted) in holding
@@ -177,6 +180,7 @@ impl SkuOwner {
             std::mem::take(&mut work.lookups),
             std::mem::take(&mut work.later),
             std::mem::take(&mut work.existing),
+            work.confirmed.drain(..).map(|(p, _)| p).collect(),
         ];
         for p in reserves.into_iter().flatten() {
             self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused(reason)));
@@ -188,12 +192,19 @@ impl SkuOwner {
     /// connection broke before the answer, the primary died): nobody is
     /// answered from a guess. The SKU is read again from the database and
     /// the batch decided again on what it holds: a hold that did commit is
-    /// found by its key (the insert skips it) and answered HELD, the rest
-    /// try once more. Only if the read or that second commit fails too are
-    /// they told PAUSED (`storage`). Returns `batch` carried may be in the
+    /// found by its key and answered HELD once the batch's new commit is
+    /// durable, the rest try once more. Without `settle_until_ms`, if the
+    /// read or that second commit fails too they are told PAUSED
+    /// (`storage`); with it (the first commit's outcome is unknown) both
+    /// are tried again until then. Returns `batch` carried may be in the
     /// pool now: the SKU is no longer known to be sold out everywhere, and
     /// a sync delivers whatever the outbox holds.
-    pub(super) fn retry_after_failed_commit(&mut self, batch: &Batch, mut work: Work) {
+    pub(super) fn retry_after_failed_commit(
+        &mut self,
+        batch: &Batch,
+        mut work: Work,
+        settle_until_ms: Option<u64>,
+    ) {
         self.needs_reload = true;
         if !batch.returns.is_empty() {
             self.sold_out_everywhere = false;
@@ -201,7 +212,12 @@ impl SkuOwner {
         self.sync_due |= !batch.returns.is_empty() || !batch.grants.is_empty();
         let mut retry = Work::new(self.tenant.clone(), self.sku.clone(), work.now_ms);
         retry.retrying = true;
-        for mut p in std::mem::take(&mut work.holding) {
+        retry.settle_until_ms = settle_until_ms;
+        let confirmed = work.confirmed.drain(..).map(|(p, _)| p);
+        for mut p in std::mem::take(&mut work.holding)
+            .into_iter()
+            .chain(confirmed)
+        {
             p.in_failed_commit = true;
             retry.fresh.push(p);
         }
@@ -226,7 +242,7 @@ impl SkuOwner {
                 self.fenced = true;
                 PauseReason::Halted
             }
-            CommitError::Failed => {
+            CommitError::Failed | CommitError::Unknown => {
                 self.needs_reload = true;
                 PauseReason::Storage
             }

@@ -32,10 +32,15 @@ struct Harness {
     asked: HashSet<Ticket>,
     /// Units each reserve ticket asked for.
     wanted: HashMap<Ticket, u64>,
-    fail_next_commit: bool,
+    /// So many commits fail next, each [`RELOAD_RETRY_MS`] after the one
+    /// before (nothing written).
+    commits_failing: u32,
     /// The next commit happens, but its answer is lost (the connection
     /// broke): the owner hears it failed.
     lose_next_answer: bool,
+    /// So many reloads fail next (the database cannot be read), each
+    /// [`RELOAD_RETRY_MS`] after the one before.
+    reloads_failing: u32,
     reachable: bool,
 }
 
@@ -66,8 +71,9 @@ impl Harness {
             answers: HashMap::new(),
             asked: HashSet::new(),
             wanted: HashMap::new(),
-            fail_next_commit: false,
+            commits_failing: 0,
             lose_next_answer: false,
+            reloads_failing: 0,
             reachable: true,
         }
     }
@@ -167,10 +173,12 @@ impl Harness {
                     if std::mem::take(&mut self.lose_next_answer) {
                         self.write(&batch);
                         self.owner
-                            .handle_commit_result(batch, Err(CommitError::Failed));
+                            .handle_commit_result(batch, Err(CommitError::Unknown));
                         continue;
                     }
-                    if std::mem::take(&mut self.fail_next_commit) {
+                    if self.commits_failing > 0 {
+                        self.commits_failing -= 1;
+                        self.now_ms += RELOAD_RETRY_MS;
                         self.owner
                             .handle_commit_result(batch, Err(CommitError::Failed));
                         continue;
@@ -178,7 +186,14 @@ impl Harness {
                     let outcome = self.write(&batch);
                     self.owner.handle_commit_result(batch, Ok(outcome));
                 }
-                Io::Reload => self.owner.handle_reload(Some(Self::record(&self.book))),
+                Io::Reload if self.reloads_failing > 0 => {
+                    self.reloads_failing -= 1;
+                    self.now_ms += RELOAD_RETRY_MS;
+                    self.owner.handle_reload(self.now_ms, None);
+                }
+                Io::Reload => self
+                    .owner
+                    .handle_reload(self.now_ms, Some(Self::record(&self.book))),
             }
         }
         while let Some((ticket, reply)) = self.owner.poll_reply() {
@@ -358,7 +373,7 @@ proptest! {
                     returned += u64::from(n % 3);
                     h.redeliver(returned);
                 }
-                Op::FailNextCommit => h.fail_next_commit = true,
+                Op::FailNextCommit => h.commits_failing += 1,
                 Op::LoseNextAnswer => h.lose_next_answer = true,
                 Op::Unreachable(down) => h.reachable = !down,
             }
@@ -398,7 +413,7 @@ fn a_commit_of_unknown_outcome_is_settled_from_the_rows() {
     assert_eq!(h.book.reservations().count(), 2);
     h.check().unwrap();
 
-    h.fail_next_commit = true;
+    h.commits_failing = 1;
     let second = vec![h.reserve(3, 3, 1)];
     h.batch(second);
     assert!(matches!(
@@ -406,6 +421,73 @@ fn a_commit_of_unknown_outcome_is_settled_from_the_rows() {
         Reply::Reserve(ReserveReply::Held(_))
     ));
     assert_eq!(h.book.reservations().count(), 3);
+    h.check().unwrap();
+}
+
+/// Goal: a commit of unknown outcome is settled, not guessed, while the
+/// database cannot be read or written (a failover in progress): reads and
+/// commits are tried again until they work, then the buyer hears HELD,
+/// once, from the row its lost commit wrote.
+#[test]
+fn a_commit_of_unknown_outcome_is_settled_through_a_failover() {
+    let mut h = Harness::new(4, 0);
+    h.lose_next_answer = true;
+    h.reloads_failing = 20;
+    h.commits_failing = 3;
+    let first = vec![h.reserve(1, 1, 1)];
+    h.batch(first);
+    assert_eq!((h.reloads_failing, h.commits_failing), (0, 0));
+    assert!(
+        matches!(h.answers[&1], Reply::Reserve(ReserveReply::Held(_))),
+        "{:?}",
+        h.answers[&1]
+    );
+    assert_eq!(h.book.reservations().count(), 1);
+    h.check().unwrap();
+}
+
+/// Goal: a row found after a commit of unknown outcome is not answered
+/// HELD until a commit after the read is durable (read from a primary, it
+/// may not be on the standby that will be promoted): with every commit
+/// failing, its buyer hears PAUSED (`storage`), not HELD.
+#[test]
+fn a_found_row_is_answered_only_after_a_durable_commit() {
+    let mut h = Harness::new(4, 0);
+    h.lose_next_answer = true;
+    h.commits_failing = u32::MAX;
+    let first = vec![h.reserve(1, 1, 1)];
+    h.batch(first);
+    assert_eq!(
+        h.answers[&1],
+        Reply::Reserve(ReserveReply::Paused(PauseReason::Storage))
+    );
+    assert_eq!(h.book.reservations().count(), 1);
+}
+
+/// Goal: a commit of unknown outcome that cannot be settled within
+/// [`SETTLE_MS`] of its batch is answered PAUSED (`storage`), never HELD
+/// from a guess; the buyer's retry with the same key finds its row once
+/// the database answers.
+#[test]
+fn an_unsettled_commit_is_answered_paused_after_settle_ms() {
+    let mut h = Harness::new(4, 0);
+    h.lose_next_answer = true;
+    h.reloads_failing = u32::try_from(SETTLE_MS / RELOAD_RETRY_MS).unwrap() + 5;
+    let first = vec![h.reserve(1, 1, 1)];
+    h.batch(first);
+    assert_eq!(
+        h.answers[&1],
+        Reply::Reserve(ReserveReply::Paused(PauseReason::Storage))
+    );
+    h.reloads_failing = 0;
+    let again = vec![h.reserve(1, 1, 1)];
+    h.batch(again);
+    // Its 5 s hold expired during the 30 s: the key's row answers.
+    match &h.answers[&2] {
+        Reply::Reserve(ReserveReply::Replay(r)) => assert_eq!(r.status, Status::Expired),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.book.reservations().count(), 1);
     h.check().unwrap();
 }
 

@@ -69,8 +69,16 @@ pub(super) struct Work {
     pub(super) act_results: Vec<Option<(Result<(), Refusal>, Reservation)>>,
     /// Reserves answered from their rows after the commit.
     pub(super) existing: Vec<PendingReserve>,
-    /// The batch again, after its commit failed: a second failure is final.
+    /// Holds found by their keys after a commit of unknown outcome: the
+    /// rows were read, but answered HELD only once this batch's own commit
+    /// is durable (a row read from a primary may not be on its standby).
+    pub(super) confirmed: Vec<(PendingReserve, Reservation)>,
+    /// The batch again, after its commit failed: a second failure is final
+    /// unless the batch is settling.
     pub(super) retrying: bool,
+    /// Settling a commit of unknown outcome until then (ms): failures
+    /// before then reload and commit again.
+    pub(super) settle_until_ms: Option<u64>,
 }
 
 impl Work {
@@ -91,7 +99,9 @@ impl Work {
             overflow: Vec::new(),
             act_results: Vec::new(),
             existing: Vec::new(),
+            confirmed: Vec::new(),
             retrying: false,
+            settle_until_ms: None,
         }
     }
 }

@@ -49,7 +49,7 @@ impl From<StoreError> for ApiError {
             StoreError::Fenced => ApiError::Paused(PauseReason::Halted),
             // Unreachable or failing storage is a pause, which a retry
             // outlives (a database failing over), not a server fault.
-            StoreError::Database(why) => {
+            StoreError::Database(why) | StoreError::OutcomeUnknown(why) => {
                 tracing::warn!(error = %why, "storage read or write failed");
                 ApiError::Paused(PauseReason::Storage)
             }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord};
 use escrow_core::owner::{
     Command as OwnerCommand, CommitError, Io, OwnerConfig, Reply, SkuOwner, Ticket,
-    SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
+    RELOAD_RETRY_MS, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
 use escrow_core::{Deadline, RegionName, RequestKey, Reservation};
@@ -34,7 +34,7 @@ pub use escrow_core::owner::{
 pub use view::{SkuSnapshot, SkuView};
 
 use crate::clock::Clock;
-use crate::committer::Committer;
+use crate::committer::{Committer, DATABASE_ANSWER_TIMEOUT};
 use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
@@ -320,6 +320,7 @@ impl Driver {
     async fn drive(&mut self) {
         let drifted = self.owner.is_drifted();
         self.took = false;
+        let mut reload_failed = false;
         loop {
             self.deliver();
             if self.owner.take_sync_due() {
@@ -347,8 +348,12 @@ impl Driver {
                     self.owner.handle_commit_result(batch, result);
                 }
                 Io::Reload => {
+                    if reload_failed {
+                        tokio::time::sleep(Duration::from_millis(RELOAD_RETRY_MS)).await;
+                    }
                     let record = self.reload().await;
-                    self.owner.handle_reload(record);
+                    reload_failed = record.is_none();
+                    self.owner.handle_reload(self.deps.clock.now_ms(), record);
                     self.report_drift();
                 }
             }
@@ -403,10 +408,17 @@ impl Driver {
     }
 
     async fn read(&self, keys: &[RequestKey]) -> Option<Vec<Reservation>> {
-        match self.deps.store.reservations(&self.view.tenant, keys).await {
-            Ok(rows) => Some(rows),
-            Err(error) => {
+        let read = self.deps.store.reservations(&self.view.tenant, keys);
+        match tokio::time::timeout(DATABASE_ANSWER_TIMEOUT, read).await {
+            Ok(Ok(rows)) => Some(rows),
+            Ok(Err(error)) => {
                 tracing::warn!(%error, "reading reservations failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "no answer to a read of reservations in {DATABASE_ANSWER_TIMEOUT:?}"
+                );
                 None
             }
         }
@@ -464,6 +476,11 @@ impl Driver {
                 self.deps.fence.set_fenced();
                 Err(CommitError::Fenced)
             }
+            Err(error @ StoreError::OutcomeUnknown(_)) => {
+                tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku, %error,
+                    "commit outcome unknown; settling it from the database");
+                Err(CommitError::Unknown)
+            }
             Err(error) => {
                 tracing::error!(tenant = %self.view.tenant, sku = %self.view.sku, %error,
                     "commit failed; SKU paused until its state is reloaded");
@@ -479,10 +496,19 @@ impl Driver {
         let (tenant, sku) = (&self.view.tenant, &self.view.sku);
         let (keys, now_ms) = (&self.deps.keys, self.deps.clock.now_ms());
         let mut load = |key, created_ms| keys.load(tenant, sku, key, created_ms, now_ms);
-        match (
-            store.load_sku(tenant, sku).await,
-            store.for_each_key(tenant, sku, &mut load).await,
-        ) {
+        let read = async {
+            (
+                store.load_sku(tenant, sku).await,
+                store.for_each_key(tenant, sku, &mut load).await,
+            )
+        };
+        let Ok(read) = tokio::time::timeout(DATABASE_ANSWER_TIMEOUT, read).await else {
+            tracing::warn!(
+                "no answer to a reload in {DATABASE_ANSWER_TIMEOUT:?}; SKU stays paused"
+            );
+            return None;
+        };
+        match read {
             (Ok(Some(record)), Ok(())) => {
                 tracing::info!(%tenant, %sku, "reloaded after a failed commit");
                 Some(record)

@@ -74,7 +74,12 @@ pub(super) async fn in_transaction(
             applied_grants: applied.applied_grants,
         })
         .collect();
-    tx.commit().await.map_err(|e| BatchError::whole(e.into()))?;
+    tx.commit().await.map_err(|e| {
+        BatchError::whole(match e {
+            sql::Error::Unanswered(why) => StoreError::OutcomeUnknown(why),
+            refused => refused.into(),
+        })
+    })?;
     Ok(outcomes)
 }
 

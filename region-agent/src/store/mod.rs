@@ -54,6 +54,11 @@ pub enum StoreError {
     /// The database could not be reached or failed; the backend's message.
     #[error("database error: {0}")]
     Database(String),
+    /// A commit was asked for and not answered (the connection broke, or
+    /// no answer came in time): it may have happened, on the primary alone
+    /// or on its standby too.
+    #[error("commit outcome unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// Why [`Store::commit_all`] committed nothing.
@@ -87,9 +92,9 @@ impl From<service_kit::sql::Error> for StoreError {
         use service_kit::sql::Error;
         match error {
             Error::Corrupt(why) => rows::bad_row(&why),
-            Error::CheckViolation(message) | Error::Database(message) => {
-                StoreError::Database(message)
-            }
+            Error::CheckViolation(message)
+            | Error::Database(message)
+            | Error::Unanswered(message) => StoreError::Database(message),
         }
     }
 }

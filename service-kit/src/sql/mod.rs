@@ -62,6 +62,11 @@ pub enum Error {
     /// The database could not be reached or failed; the driver's message.
     #[error("{0}")]
     Database(String),
+    /// The connection failed while a statement waited for its answer (an
+    /// I/O or protocol error, not the server's refusal): a write it
+    /// carried, a commit above all, may have happened or not.
+    #[error("{0}")]
+    Unanswered(String),
 }
 
 /// A driver error as an [`Error`]; its type stays in this module.
@@ -69,6 +74,9 @@ fn driver(error: sqlx::Error) -> Error {
     match &error {
         sqlx::Error::Database(db) if db.is_check_violation() => {
             Error::CheckViolation(error.to_string())
+        }
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => {
+            Error::Unanswered(error.to_string())
         }
         _ => Error::Database(error.to_string()),
     }

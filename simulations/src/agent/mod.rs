@@ -280,7 +280,7 @@ impl Agent {
                 }
                 Some(Io::Reload) => {
                     let record = self.db.record();
-                    self.owner.handle_reload(Some(record));
+                    self.owner.handle_reload(now_ms(now_us), Some(record));
                 }
                 None => {
                     if !self.owner.is_idle() {
