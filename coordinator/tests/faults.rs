@@ -1,7 +1,8 @@
 //! Faults between the real processes during a sale: a link that hangs
 //! instead of failing, answers lost on the way back, a coordinator frozen
-//! by its host (SIGSTOP), and an agent's database connections cut under
-//! load. The coordinator and the agents run as their real binaries
+//! by its host (SIGSTOP), an agent's database connections cut under
+//! load, and the coordinator's database failing over under a real HA
+//! manager. The coordinator and the agents run as their real binaries
 //! (`cargo build --workspace --bins` first), started by the harness, each
 //! agent reaching the coordinator through a [`Link`] the test breaks. The
 //! harness's crowd buys, and every buyer's request is recorded in a
@@ -30,6 +31,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use test_support::draw::Draw;
 use test_support::faketime::FakeClock;
+use test_support::ha_region::HaRegion;
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
 
@@ -102,9 +104,20 @@ impl Cluster {
         settings: serde_json::Value,
         env: impl Fn(&str) -> Env,
     ) -> Self {
+        Self::start_on(db.url(), db, settings, env).await
+    }
+
+    /// [`Self::start_with`], the coordinator on the database at
+    /// `coordinator_url` and the agents on databases beside `agents_beside`.
+    async fn start_on(
+        coordinator_url: &str,
+        agents_beside: &TestDb,
+        settings: serde_json::Value,
+        env: impl Fn(&str) -> Env,
+    ) -> Self {
         let mut agent_dbs = Vec::new();
         for (name, _) in BUYERS {
-            agent_dbs.push(agent_db(db, name).await);
+            agent_dbs.push(agent_db(agents_beside, name).await);
         }
         let agents = BUYERS
             .iter()
@@ -115,7 +128,7 @@ impl Cluster {
                 ..AgentPlan::new(name, agent_db.url())
             })
             .collect();
-        let mut plan = test_support::cluster::plan(db.url(), agents, SYNC_INTERVAL_MS);
+        let mut plan = test_support::cluster::plan(coordinator_url, agents, SYNC_INTERVAL_MS);
         plan.coordinator_env = env("coordinator");
         let processes = harness::cluster::Cluster::launch(plan).await.unwrap();
         let url = |addr| format!("http://{addr}");
@@ -642,6 +655,54 @@ async fn the_database_server_restarting_under_load_loses_nothing() {
             restarted,
             Vec::new(),
             ANSWER_WITHIN + Duration::from_secs(2),
+        )
+        .await;
+}
+
+/// Goal: the coordinator's database fails over under a sale with
+/// transfers in flight, and every unit moves exactly once. The coordinator
+/// is given the multi-host URL of a pg_auto_failover formation
+/// (`scripts/ha-region`: a primary, two standbys, every commit confirmed
+/// by one); the agents sell from SQLite files. 0.3 s into the sale, while
+/// eu's buyers take us's units through the coordinator, the primary's
+/// machine dies (keeper and PostgreSQL killed with -9): takes and syncs
+/// fail (the agents' buyers hear PAUSED and retry) until the monitor
+/// promotes a standby and the coordinator follows it. A grant or return
+/// whose commit was cut applies once by its transfer id: the sale sells
+/// out exactly, every acknowledged hold is stored, and the books settle
+/// at drift 0 with nothing in transit.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_coordinators_database_failing_over_moves_every_unit_once() {
+    let Some(formation) = HaRegion::start_or_skip("the test") else {
+        return;
+    };
+    let agents_beside = TestDb::sqlite(&region_agent::store::sqlite::MIGRATOR).await;
+    let cluster =
+        Cluster::start_on(formation.url(), &agents_beside, json!({}), |_| Env::new()).await;
+    let history = Arc::new(History::new());
+    let failover = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let from = history.now();
+        let dead = formation
+            .primary()
+            .await
+            .expect("the formation has a primary");
+        tokio::task::block_in_place(|| formation.kill_node(dead));
+        eventually(
+            "a standby is promoted",
+            Duration::from_secs(60),
+            async || formation.primary().await.is_some_and(|p| p != dead),
+        )
+        .await;
+        from..history.now()
+    };
+    let ((), failing_over) = tokio::join!(cluster.sell(&history), failover);
+    cluster
+        .check(
+            &history,
+            "the coordinator's primary machine killed at 0.3 s; pg_auto_failover promotes a standby",
+            failing_over,
+            Vec::new(),
         )
         .await;
 }

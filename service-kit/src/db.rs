@@ -100,7 +100,7 @@ pub async fn connect_postgres(
         .after_release(|conn, _| Box::pin(answers_in_time(conn)))
         .after_connect(|conn, _| {
             Box::pin(async move {
-                if primary::is_standby(conn).await? {
+                if primary::refuses_writes(conn).await? {
                     return Err(sqlx::Error::Configuration(
                         "connected to a standby: writes go to the primary only".into(),
                     ));

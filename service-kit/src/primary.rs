@@ -5,9 +5,9 @@
 //! `postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write`.
 //! sqlx reads one host only, so this module splits the URL into one
 //! connection per host, finds the host that is the primary now (the first
-//! in the order given that answers `SELECT pg_is_in_recovery()` with
-//! false), points the pool at it, refuses any connection that lands on a
-//! standby, and keeps checking: when the primary is gone or demoted, the
+//! in the order given that is out of recovery and whose sessions are not
+//! read-only, as libpq's `read-write` checks), points the pool at it,
+//! refuses any connection that lands on a standby, and keeps checking: when the primary is gone or demoted, the
 //! pool's new connections go to whichever host was promoted.
 //!
 //! Both services only write, so `target_session_attrs` may be left out,
@@ -88,24 +88,30 @@ impl Hosts {
     }
 }
 
-/// Whether the server `options` names is in recovery (a standby); `None`
-/// when it cannot be asked within [`PROBE_TIMEOUT`].
+/// Whether the server `options` names refuses writes
+/// ([`refuses_writes`]); `None` when it cannot be asked within
+/// [`PROBE_TIMEOUT`].
 async fn probe(options: &PgConnectOptions) -> Option<bool> {
     let asked = tokio::time::timeout(PROBE_TIMEOUT, async {
         let mut conn = options.connect().await?;
-        let standby = is_standby(&mut conn).await;
+        let refuses = refuses_writes(&mut conn).await;
         let _ = conn.close().await;
-        standby
+        refuses
     })
     .await;
     asked.ok()?.ok()
 }
 
-/// Whether the server `conn` is connected to is a standby.
-pub async fn is_standby(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_is_in_recovery()")
-        .fetch_one(conn)
-        .await
+/// Whether the server `conn` is connected to refuses writes: a standby,
+/// or a primary whose sessions are read-only (a standby being promoted by
+/// pg_auto_failover is out of recovery a moment before it takes writes).
+/// libpq's `target_session_attrs=read-write` asks the same.
+pub async fn refuses_writes(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool",
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Keeps `pool` on the primary among `hosts` (it starts on host
@@ -118,7 +124,7 @@ pub async fn follow(pool: PgPool, hosts: Hosts, mut current: usize) {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
         let still_primary = tokio::time::timeout(PROBE_TIMEOUT, async {
             let mut conn = pool.acquire().await?;
-            is_standby(&mut conn).await
+            refuses_writes(&mut conn).await
         })
         .await;
         if matches!(still_primary, Ok(Ok(false))) {
