@@ -118,7 +118,9 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
 
     // Held: 100 before, the probe, the 100 during the failover (each
     // retried until held) and the 100 after. Answers are bounded at 31 s:
-    // no request waits past its batch's settling time (SETTLE_MS, 30 s).
+    // settling stops at the buyers' deadlines, but while no primary exists
+    // a commit and the reload after it each wait for a connection up to
+    // the pool's acquire timeout (5 s) first.
     history
         .check_one_region(
             &api,

@@ -95,6 +95,7 @@ impl SkuOwner {
                             ticket,
                             key,
                             action,
+                            deadline,
                         });
                     }
                 }
@@ -306,7 +307,7 @@ impl SkuOwner {
                     self.committed(work, outcome)
                 }
                 Err(CommitError::Unknown) => {
-                    let until = work.settle_until_ms.unwrap_or(work.now_ms + SETTLE_MS);
+                    let until = work.settle_until_ms.unwrap_or_else(|| settle_until(&work));
                     self.retry_after_failed_commit(&batch, work, Some(until))
                 }
                 Err(CommitError::Failed) if !work.retrying || work.settle_until_ms.is_some() => {
@@ -321,4 +322,26 @@ impl SkuOwner {
             other => panic!("a commit result in phase {other:?}"),
         }
     }
+}
+
+/// When a batch whose commit outcome is unknown stops settling: when the
+/// last of its requests stops waiting (a buyer is answered by its own
+/// deadline, PAUSED if the database has not answered by then, and its
+/// retry with the same key gets the truth), at most [`SETTLE_MS`] after
+/// the batch started.
+fn settle_until(work: &Work) -> u64 {
+    let waiting = work
+        .fresh
+        .iter()
+        .chain(&work.holding)
+        .chain(&work.overflow)
+        .chain(&work.lookups)
+        .chain(&work.later)
+        .chain(&work.existing)
+        .chain(work.confirmed.iter().map(|(p, _)| p))
+        .map(|p| p.deadline.at_ms)
+        .chain(work.acts.iter().map(|a| a.deadline.at_ms))
+        .max();
+    let cap = work.now_ms + SETTLE_MS;
+    waiting.map_or(cap, |at| at.min(cap))
 }

@@ -89,12 +89,12 @@ pub struct OwnerConfig {
     pub transfer_id_prefix: String,
 }
 
-/// How long, from its batch's start, the owner keeps settling a commit of
+/// Longest, from its batch's start, the owner keeps settling a commit of
 /// unknown outcome ([`CommitError::Unknown`]: reload, commit again) before
-/// its buyers are told PAUSED: longer than a database failover takes to
-/// notice a dead primary and promote a standby (pg_auto_failover: 10-20 s
-/// with the settings of `scripts/ha-region`), so a buyer in such a batch
-/// gets what is true, not a 503.
+/// its requests are told PAUSED; it stops sooner when the last of them
+/// stops waiting (its deadline). A request answered PAUSED so learns the
+/// truth from its retry with the same key (REPLAY with the hold if the
+/// lost commit happened).
 pub const SETTLE_MS: u64 = 30_000;
 
 /// How long a driver waits before a reload that follows a failed one.

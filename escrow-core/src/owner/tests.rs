@@ -464,25 +464,31 @@ fn a_found_row_is_answered_only_after_a_durable_commit() {
     assert_eq!(h.book.reservations().count(), 1);
 }
 
-/// Goal: a commit of unknown outcome that cannot be settled within
-/// [`SETTLE_MS`] of its batch is answered PAUSED (`storage`), never HELD
-/// from a guess; the buyer's retry with the same key finds its row once
-/// the database answers.
+/// Goal: a commit of unknown outcome that cannot be settled by its
+/// buyer's deadline (10 s here) is answered PAUSED (`storage`) then, never
+/// HELD from a guess, and not later either; the buyer's retry with the
+/// same key gets its row once the database answers.
 #[test]
-fn an_unsettled_commit_is_answered_paused_after_settle_ms() {
+fn an_unsettled_commit_is_answered_paused_at_its_buyers_deadline() {
     let mut h = Harness::new(4, 0);
     h.lose_next_answer = true;
-    h.reloads_failing = u32::try_from(SETTLE_MS / RELOAD_RETRY_MS).unwrap() + 5;
+    h.reloads_failing = 100;
     let first = vec![h.reserve(1, 1, 1)];
+    let started = h.now_ms;
     h.batch(first);
     assert_eq!(
         h.answers[&1],
         Reply::Reserve(ReserveReply::Paused(PauseReason::Storage))
     );
+    let waited = h.now_ms - started;
+    assert!(
+        (10_000..10_000 + 2 * RELOAD_RETRY_MS).contains(&waited),
+        "answered after {waited} ms"
+    );
     h.reloads_failing = 0;
     let again = vec![h.reserve(1, 1, 1)];
     h.batch(again);
-    // Its 5 s hold expired during the 30 s: the key's row answers.
+    // Its 5 s hold expired meanwhile: the key's row answers.
     match &h.answers[&2] {
         Reply::Reserve(ReserveReply::Replay(r)) => assert_eq!(r.status, Status::Expired),
         other => panic!("{other:?}"),

@@ -30,6 +30,7 @@ pub(super) struct PendingAct {
     pub(super) ticket: Ticket,
     pub(super) key: RequestKey,
     pub(super) action: Action,
+    pub(super) deadline: Deadline,
 }
 
 /// How the take of a batch ended.
@@ -77,7 +78,7 @@ pub(super) struct Work {
     /// unless the batch is settling.
     pub(super) retrying: bool,
     /// Settling a commit of unknown outcome until then (ms): failures
-    /// before then reload and commit again.
+    /// before then reload and commit again; at it, PAUSED.
     pub(super) settle_until_ms: Option<u64>,
 }
 
