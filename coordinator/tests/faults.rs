@@ -1025,16 +1025,7 @@ enum SoakFault {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the long soak: run it with --ignored"]
 async fn soak_a_seeded_schedule_of_faults_loses_nothing() {
-    let seed = std::env::var("ESCROW_SOAK_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = test_support::draw::soak_seed();
     let mut draw = Draw::new(seed);
     let mut schedule = Vec::new();
     let mut at = Duration::from_millis(100);

@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use test_support::ha_region::HaRegion;
+use test_support::ha_region::{HaRegion, MachineFault};
 use test_support::history::History;
-use test_support::{eventually, selling_agent};
+use test_support::selling_agent;
 
 /// Goal: the HA manager, not a person, fails the region's database over.
 /// 100 holds; the primary's machine dies; 100 buyers reserve while the
@@ -25,6 +25,25 @@ use test_support::{eventually, selling_agent};
 /// the agent's writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
+    fail_over_under_a_sale(MachineFault::Dies).await;
+}
+
+/// Goal: a primary whose machine freezes (SIGSTOP: connections stay open,
+/// nothing answers, no error ever comes) does not stall the agent. As
+/// above, the primary frozen instead of killed: a commit in flight gets no
+/// answer, its outcome is settled on the standby the monitor promotes
+/// (HELD if its row is there, else PAUSED at the buyer's deadline and the
+/// truth on its retry), and the agent sells on the new primary; the thawed
+/// machine rejoins as a standby, taking none of the agent's writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_primary_does_not_stall_the_agent() {
+    fail_over_under_a_sale(MachineFault::Freezes).await;
+}
+
+/// 100 holds, the primary's machine failed by `fault`, 100 buyers while
+/// a standby is promoted, every refused key retried, the old machine
+/// back as a standby, 100 more holds; then the history and the books.
+async fn fail_over_under_a_sale(fault: MachineFault) {
     let Some(region) = HaRegion::start_or_skip("the test") else {
         return;
     };
@@ -34,40 +53,22 @@ async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
     history
         .reserve_many(&api, "eu", "before", 100, "drop")
         .await;
-    let dead = region.primary().await.expect("the formation has a primary");
-    let died = Instant::now();
-    region.kill_node(dead);
-    history
-        .reserve_many(&api, "eu", "failing-over", 100, "drop")
-        .await;
-    eventually(
-        "a standby is promoted",
-        Duration::from_secs(60),
-        async || region.primary().await.is_some_and(|p| p != dead),
-    )
-    .await;
-    let promoted = died.elapsed();
+    let failed = Instant::now();
+    let buyers = history.reserve_many(&api, "eu", "failing-over", 100, "drop");
+    let ((), (old, promoted)) = tokio::join!(buyers, region.fail_primary(fault));
     history.recover(&api, "drop", Duration::from_secs(30)).await;
     eprintln!(
-        "node{dead} died; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after the death",
-        died.elapsed()
+        "node{old} {fault:?}; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after",
+        failed.elapsed()
     );
-    // The dead machine comes back: it rejoins as a standby, never as a
-    // second primary taking the agent's writes.
-    region.restart_node(dead);
-    eventually(
-        "the old primary rejoins as a standby",
-        Duration::from_secs(60),
-        async || region.in_recovery(dead).await == Some(true),
-    )
-    .await;
+    region.mend_node(old, fault).await;
     history.reserve_many(&api, "eu", "after", 100, "drop").await;
     assert_eq!(
-        region.in_recovery(dead).await,
+        region.in_recovery(old).await,
         Some(true),
-        "node{dead} stays a standby"
+        "node{old} stays a standby"
     );
-    assert_ne!(region.primary().await, Some(dead));
+    assert_ne!(region.primary().await, Some(old));
 
     // Held: 100 before, the probe, the 100 during the failover (each
     // retried until held) and the 100 after.
@@ -75,65 +76,8 @@ async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
         .check_one_region(
             &api,
             100 + 1 + 100 + 100,
-            Duration::from_secs(30),
-            "the primary's machine killed after 100 holds; pg_auto_failover promotes a standby",
-        )
-        .await;
-}
-
-/// Goal: a primary whose machine freezes (SIGSTOP: connections stay open,
-/// nothing answers, no error ever comes) does not stall the agent. 100
-/// holds; the primary freezes; 100 buyers reserve: a commit in flight gets
-/// no answer, its outcome is settled on the standby the monitor promotes
-/// (HELD if its row is there), and the agent sells on the new primary. The
-/// frozen machine then runs again and rejoins as a standby, taking none
-/// of the agent's writes. Every 201 is readable afterwards and the
-/// counters equal the rows.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_frozen_primary_does_not_stall_the_agent() {
-    let Some(region) = HaRegion::start_or_skip("the test") else {
-        return;
-    };
-    let (_agent, api) = selling_agent(env!("CARGO_BIN_EXE_region-agent"), region.url()).await;
-
-    let history = History::new();
-    history
-        .reserve_many(&api, "eu", "before", 100, "drop")
-        .await;
-    let frozen = region.primary().await.expect("the formation has a primary");
-    let froze = Instant::now();
-    region.freeze_node(frozen);
-    history
-        .reserve_many(&api, "eu", "frozen", 100, "drop")
-        .await;
-    eventually(
-        "a standby is promoted",
-        Duration::from_secs(60),
-        async || region.primary().await.is_some_and(|p| p != frozen),
-    )
-    .await;
-    let promoted = froze.elapsed();
-    history.recover(&api, "drop", Duration::from_secs(30)).await;
-    eprintln!(
-        "node{frozen} froze; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after the freeze",
-        froze.elapsed()
-    );
-    region.thaw_node(frozen);
-    eventually(
-        "the thawed primary rejoins as a standby",
-        Duration::from_secs(90),
-        async || region.in_recovery(frozen).await == Some(true),
-    )
-    .await;
-    history.reserve_many(&api, "eu", "after", 100, "drop").await;
-    assert_ne!(region.primary().await, Some(frozen));
-
-    history
-        .check_one_region(
-            &api,
-            100 + 1 + 100 + 100,
             Duration::from_secs(31),
-            "the primary's machine frozen after 100 holds; pg_auto_failover promotes a standby",
+            &format!("the primary's machine {fault:?} after 100 holds; pg_auto_failover promotes a standby"),
         )
         .await;
 }
@@ -151,16 +95,7 @@ async fn a_frozen_primary_does_not_stall_the_agent() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the long soak: run it with --ignored"]
 async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
-    let seed = std::env::var("ESCROW_SOAK_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = test_support::draw::soak_seed();
     let failovers: usize = std::env::var("ESCROW_SOAK_FAILOVERS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -189,35 +124,16 @@ async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
         .collect();
     for n in 1..=failovers {
         tokio::time::sleep(Duration::from_millis(500 + draw.below(2_500))).await;
-        let old = region.primary().await.expect("the formation has a primary");
-        let frozen = draw.below(2) == 0;
+        let fault = if draw.below(2) == 0 {
+            MachineFault::Freezes
+        } else {
+            MachineFault::Dies
+        };
         let at = Instant::now();
-        if frozen {
-            region.freeze_node(old);
-        } else {
-            region.kill_node(old);
-        }
-        eventually(
-            "a standby is promoted",
-            Duration::from_secs(90),
-            async || region.primary().await.is_some_and(|p| p != old),
-        )
-        .await;
-        let promoted = at.elapsed();
-        if frozen {
-            region.thaw_node(old);
-        } else {
-            region.restart_node(old);
-        }
-        eventually(
-            "the old primary rejoins as a standby",
-            Duration::from_secs(120),
-            async || region.in_recovery(old).await == Some(true),
-        )
-        .await;
+        let (old, promoted) = region.fail_primary(fault).await;
+        region.mend_node(old, fault).await;
         eprintln!(
-            "soak: failover {n}: node{old} {}, a standby primary {promoted:.1?} later, rejoined {:.1?} after",
-            if frozen { "frozen" } else { "killed" },
+            "soak: failover {n}: node{old} {fault:?}, a standby primary {promoted:.1?} later, rejoined {:.1?} after",
             at.elapsed()
         );
     }
@@ -226,13 +142,17 @@ async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
         buyer.await.unwrap();
     }
     history.recover(&api, "drop", Duration::from_secs(60)).await;
-    // The buyers' holds and recover's probe.
-    let held = history.held_keys().len() as u64;
-    eprintln!("soak: {held} holds acknowledged over {failovers} failovers (seed {seed})");
+    // Every key the buyers sent ends held (the refused ones on their
+    // retry), and recover's probe.
+    let keys = history.ops().len() as u64;
+    let acknowledged = history.held_keys().len();
+    eprintln!(
+        "soak: {keys} keys, {acknowledged} acknowledged 201 at once, over {failovers} failovers (seed {seed})"
+    );
     history
         .check_one_region(
             &api,
-            held + 1,
+            keys + 1,
             Duration::from_secs(31),
             &format!("{failovers} failovers under load, ESCROW_SOAK_SEED={seed}"),
         )

@@ -19,6 +19,7 @@
 //! is its own; [`crate::sql`] runs that SQL on either backend.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -28,7 +29,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, TransactionManager};
 
-use crate::primary::{self, Hosts};
+use crate::primary::{self, Hosts, LastMove};
 
 /// Longest a PostgreSQL statement may run.
 pub const STATEMENT_TIMEOUT: &str = "10s";
@@ -89,14 +90,26 @@ pub async fn connect_postgres(
             format!("none of the database hosts {names:?} is a primary that answers").into(),
         )
     })?;
+    let last_move = Arc::new(LastMove::default());
+    let moved = last_move.clone();
     let pool = pool_options
+        .acquire_timeout(primary::ACQUIRE_TIMEOUT)
         // A primary whose machine froze keeps its connections open and
-        // never answers: a connection is pinged within PROBE_TIMEOUT when
-        // taken and when given back, and one that does not answer is
-        // dropped, so the pool's connections move to the promoted standby
-        // instead of hanging on the frozen host.
+        // never answers: a connection made before the pool last moved to
+        // another host is dropped when taken, and one that does not answer
+        // a ping within PROBE_TIMEOUT when taken or given back is dropped,
+        // so the pool's connections move to the promoted standby instead
+        // of hanging on the frozen host.
         .test_before_acquire(false)
-        .before_acquire(|conn, _| Box::pin(answers_in_time(conn)))
+        .before_acquire(move |conn, meta| {
+            let moved = moved.clone();
+            Box::pin(async move {
+                if moved.predates(meta.age) {
+                    return Ok(false);
+                }
+                answers_in_time(conn).await
+            })
+        })
         .after_release(|conn, _| Box::pin(answers_in_time(conn)))
         .after_connect(|conn, _| {
             Box::pin(async move {
@@ -112,7 +125,7 @@ pub async fn connect_postgres(
         .await?;
     migrator.run(&pool).await?;
     tracing::info!(primary = hosts.name(first), "database primary found");
-    tokio::spawn(primary::follow(pool.clone(), hosts, first));
+    tokio::spawn(primary::follow(pool.clone(), hosts, first, last_move));
     Ok(pool)
 }
 

@@ -15,16 +15,25 @@
 //! `read-only`, `standby` and `prefer-standby` are refused.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 /// How often the pool's host is checked for still being the primary.
-pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Longest one host is given to answer whether it is the primary.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest one host is given to answer whether it is the primary (and a
+/// pooled connection to answer a ping): a database in the service's own
+/// region answers in milliseconds, so a second means it is gone or frozen.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest a call waits for a connection from a pool that follows a
+/// primary: a connect to a frozen host hangs until this bound, and while
+/// no primary exists every call fails after it (PAUSED) instead of after
+/// the single-host pool's [`crate::db::POSTGRES_ACQUIRE_TIMEOUT`].
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The hosts of a PostgreSQL URL, each with the URL's user, database and
 /// parameters, in the order the URL gives them.
@@ -77,14 +86,45 @@ impl Hosts {
         }
     }
 
-    /// The first host, in the URL's order, that is a primary now.
+    /// The first host, in the URL's order, that is a primary now. Every
+    /// host is asked at once, so a frozen one costs [`PROBE_TIMEOUT`] once,
+    /// not once per host after it.
     pub async fn find_primary(&self) -> Option<usize> {
+        let mut probes = tokio::task::JoinSet::new();
         for (index, options) in self.options.iter().enumerate() {
-            if probe(options).await == Some(false) {
-                return Some(index);
+            let options = options.clone();
+            probes.spawn(async move { (index, probe(&options).await) });
+        }
+        let mut primaries = Vec::new();
+        while let Some(probed) = probes.join_next().await {
+            if let Ok((index, Some(false))) = probed {
+                primaries.push(index);
             }
         }
-        None
+        primaries.into_iter().min()
+    }
+}
+
+/// When the pool last moved to another host: connections made before then
+/// lead to the old one, and are dropped rather than tried.
+#[derive(Debug, Default)]
+pub struct LastMove(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl LastMove {
+    /// Records that the pool moved now.
+    pub fn moved(&self) {
+        if let Ok(mut at) = self.0.lock() {
+            *at = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Whether a connection `age` old was made before the last move.
+    pub fn predates(&self, age: Duration) -> bool {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| age > at.elapsed())
     }
 }
 
@@ -115,19 +155,16 @@ pub async fn refuses_writes(conn: &mut PgConnection) -> Result<bool, sqlx::Error
 }
 
 /// Keeps `pool` on the primary among `hosts` (it starts on host
-/// `current`) until the pool is closed: every [`FOLLOW_INTERVAL`], a pool
-/// connection asks whether its server is still the primary; when it cannot
-/// or is not, the hosts are probed in order and the pool's new connections
-/// go to the primary found.
-pub async fn follow(pool: PgPool, hosts: Hosts, mut current: usize) {
+/// `current`) until the pool is closed: every [`FOLLOW_INTERVAL`], a
+/// connection of its own asks the pool's host whether it is still the
+/// primary (not a pool connection: the pool's connect retries a dead host
+/// until its acquire timeout); when it cannot or is not, the hosts are
+/// probed and the pool's new connections go to the primary found (those
+/// made before, recorded in `last_move`, are dropped when next taken).
+pub async fn follow(pool: PgPool, hosts: Hosts, mut current: usize, last_move: Arc<LastMove>) {
     while !pool.is_closed() {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
-        let still_primary = tokio::time::timeout(PROBE_TIMEOUT, async {
-            let mut conn = pool.acquire().await?;
-            refuses_writes(&mut conn).await
-        })
-        .await;
-        if matches!(still_primary, Ok(Ok(false))) {
+        if probe(hosts.options(current)).await == Some(false) {
             continue;
         }
         let Some(found) = hosts.find_primary().await else {
@@ -141,6 +178,7 @@ pub async fn follow(pool: PgPool, hosts: Hosts, mut current: usize) {
                 "the database's primary moved; following it"
             );
             pool.set_connect_options(hosts.options(found).clone());
+            last_move.moved();
             current = found;
         }
     }

@@ -19,3 +19,17 @@ impl Draw {
         self.0 % n
     }
 }
+
+/// A soak's seed: `ESCROW_SOAK_SEED` if set, else one from the clock (odd,
+/// never 0). The soak prints it, so a failure can be replayed.
+pub fn soak_seed() -> u64 {
+    std::env::var("ESCROW_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |t| t.as_nanos() as u64)
+                | 1
+        })
+}
