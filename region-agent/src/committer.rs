@@ -13,9 +13,10 @@
 //! retry, never their batch. A transaction that fails as a whole (lost
 //! connection, lost lease) fails every batch it carried.
 //!
-//! A transaction gets [`DATABASE_ANSWER_TIMEOUT`] to answer. A primary
-//! whose machine froze never answers and never closes its connections;
-//! past the bound its batches' outcome is unknown
+//! A transaction gets [`DATABASE_ANSWER_TIMEOUT`] to answer, and no more
+//! once the database's primary moves to another host. A primary whose
+//! machine froze never answers and never closes its connections; past the
+//! bound, or the move, its batches' outcome is unknown
 //! ([`StoreError::OutcomeUnknown`]) and their owners settle them from the
 //! database, wherever its primary is then. The commit on the server is not
 //! cancelled (the connection is left behind): a commit waiting for its
@@ -110,16 +111,14 @@ async fn commit(store: &dyn Store, fence: &Fence, mut jobs: Vec<Job>) {
         let batches: Vec<&Batch> = jobs.iter().map(|(batch, _)| batch).collect();
         metrics::histogram!("escrow_commit_batches").record(batches.len() as f64);
         let started = Instant::now();
-        let result = tokio::time::timeout(
-            DATABASE_ANSWER_TIMEOUT,
-            store.commit_all(fence.epoch(), &batches),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(BatchError::whole(StoreError::OutcomeUnknown(format!(
-                "no answer from the database in {DATABASE_ANSWER_TIMEOUT:?}"
-            ))))
-        });
+        let result = answered(store, store.commit_all(fence.epoch(), &batches))
+            .await
+            .unwrap_or_else(|| {
+                Err(BatchError::whole(StoreError::OutcomeUnknown(format!(
+                    "no answer from the database in {DATABASE_ANSWER_TIMEOUT:?}, \
+                     or its primary moved to another host"
+                ))))
+            });
         metrics::histogram!("escrow_commit_seconds").record(started.elapsed().as_secs_f64());
         match result {
             Ok(outcomes) => {
@@ -139,6 +138,20 @@ async fn commit(store: &dyn Store, fence: &Fence, mut jobs: Vec<Job>) {
                 return;
             }
         }
+    }
+}
+
+/// `call`'s answer, or `None` if the database gives none within
+/// [`DATABASE_ANSWER_TIMEOUT`] or its primary moves to another host first
+/// (a call on the old one will not be answered).
+pub async fn answered<T>(
+    store: &dyn Store,
+    call: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        answer = call => Some(answer),
+        () = tokio::time::sleep(DATABASE_ANSWER_TIMEOUT) => None,
+        () = store.primary_moved() => None,
     }
 }
 

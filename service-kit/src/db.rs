@@ -67,12 +67,13 @@ impl Backend {
 /// connections and applies `migrator`. A URL naming several hosts
 /// (`postgres://u@h1,h2/db?target_session_attrs=read-write`) gets a pool on
 /// the host that is the primary now, which refuses connections to a standby
-/// and follows the primary when it moves ([`crate::primary`]).
+/// and follows the primary when it moves ([`crate::primary`]); the
+/// [`LastMove`] answered records those moves (a single host never moves).
 pub async fn connect_postgres(
     url: &str,
     pool_size: u32,
     migrator: &Migrator,
-) -> Result<PgPool, sqlx::Error> {
+) -> Result<(PgPool, Arc<LastMove>), sqlx::Error> {
     let hosts = Hosts::parse(url)
         .map_err(|e| sqlx::Error::Configuration(format!("database URL: {e}").into()))?
         .map_options(|o| o.options([("statement_timeout", STATEMENT_TIMEOUT)]));
@@ -82,7 +83,7 @@ pub async fn connect_postgres(
     if hosts.len() == 1 {
         let pool = pool_options.connect_with(hosts.options(0).clone()).await?;
         migrator.run(&pool).await?;
-        return Ok(pool);
+        return Ok((pool, Arc::default()));
     }
     let first = hosts.find_primary().await.ok_or_else(|| {
         let names: Vec<&str> = (0..hosts.len()).map(|i| hosts.name(i)).collect();
@@ -125,8 +126,13 @@ pub async fn connect_postgres(
         .await?;
     migrator.run(&pool).await?;
     tracing::info!(primary = hosts.name(first), "database primary found");
-    tokio::spawn(primary::follow(pool.clone(), hosts, first, last_move));
-    Ok(pool)
+    tokio::spawn(primary::follow(
+        pool.clone(),
+        hosts,
+        first,
+        last_move.clone(),
+    ));
+    Ok((pool, last_move))
 }
 
 /// Whether `conn` answers a ping within [`primary::PROBE_TIMEOUT`]; an

@@ -90,8 +90,16 @@ impl Hosts {
     /// host is asked at once, so a frozen one costs [`PROBE_TIMEOUT`] once,
     /// not once per host after it.
     pub async fn find_primary(&self) -> Option<usize> {
+        self.find_primary_among(|_| true).await
+    }
+
+    /// [`Self::find_primary`] among the hosts `asked` accepts (by index).
+    pub async fn find_primary_among(&self, asked: impl Fn(usize) -> bool) -> Option<usize> {
         let mut probes = tokio::task::JoinSet::new();
         for (index, options) in self.options.iter().enumerate() {
+            if !asked(index) {
+                continue;
+            }
             let options = options.clone();
             probes.spawn(async move { (index, probe(&options).await) });
         }
@@ -106,25 +114,35 @@ impl Hosts {
 }
 
 /// When the pool last moved to another host: connections made before then
-/// lead to the old one, and are dropped rather than tried.
+/// lead to the old one, and are dropped rather than tried; and a wait for
+/// the next move, for calls in flight on the old host.
 #[derive(Debug, Default)]
-pub struct LastMove(std::sync::Mutex<Option<std::time::Instant>>);
+pub struct LastMove {
+    at: std::sync::Mutex<Option<std::time::Instant>>,
+    next: tokio::sync::Notify,
+}
 
 impl LastMove {
-    /// Records that the pool moved now.
+    /// Records that the pool moved now, waking every [`Self::next_move`].
     pub fn moved(&self) {
-        if let Ok(mut at) = self.0.lock() {
+        if let Ok(mut at) = self.at.lock() {
             *at = Some(std::time::Instant::now());
         }
+        self.next.notify_waiters();
     }
 
     /// Whether a connection `age` old was made before the last move.
     pub fn predates(&self, age: Duration) -> bool {
-        self.0
+        self.at
             .lock()
             .ok()
             .and_then(|at| *at)
             .is_some_and(|at| age > at.elapsed())
+    }
+
+    /// Waits until the pool next moves to another host.
+    pub async fn next_move(&self) {
+        self.next.notified().await;
     }
 }
 
@@ -167,7 +185,13 @@ pub async fn follow(pool: PgPool, hosts: Hosts, mut current: usize, last_move: A
         if probe(hosts.options(current)).await == Some(false) {
             continue;
         }
-        let Some(found) = hosts.find_primary().await else {
+        // The other hosts first: waiting again on a host that just failed
+        // to answer (a frozen one) would delay the move by its timeout.
+        let found = match hosts.find_primary_among(|i| i != current).await {
+            Some(other) => Some(other),
+            None => hosts.find_primary().await,
+        };
+        let Some(found) = found else {
             tracing::warn!(was = hosts.name(current), "no host is a primary now");
             continue;
         };

@@ -34,7 +34,7 @@ pub use escrow_core::owner::{
 pub use view::{SkuSnapshot, SkuView};
 
 use crate::clock::Clock;
-use crate::committer::{Committer, DATABASE_ANSWER_TIMEOUT};
+use crate::committer::{answered, Committer};
 use crate::coordinator_client::{ClientError, CoordinatorLink};
 use crate::fence::Fence;
 use crate::keys::KnownKeys;
@@ -409,16 +409,14 @@ impl Driver {
 
     async fn read(&self, keys: &[RequestKey]) -> Option<Vec<Reservation>> {
         let read = self.deps.store.reservations(&self.view.tenant, keys);
-        match tokio::time::timeout(DATABASE_ANSWER_TIMEOUT, read).await {
-            Ok(Ok(rows)) => Some(rows),
-            Ok(Err(error)) => {
+        match answered(self.deps.store.as_ref(), read).await {
+            Some(Ok(rows)) => Some(rows),
+            Some(Err(error)) => {
                 tracing::warn!(%error, "reading reservations failed");
                 None
             }
-            Err(_) => {
-                tracing::warn!(
-                    "no answer to a read of reservations in {DATABASE_ANSWER_TIMEOUT:?}"
-                );
+            None => {
+                tracing::warn!("no answer to a read of reservations, or the primary moved");
                 None
             }
         }
@@ -502,10 +500,8 @@ impl Driver {
                 store.for_each_key(tenant, sku, &mut load).await,
             )
         };
-        let Ok(read) = tokio::time::timeout(DATABASE_ANSWER_TIMEOUT, read).await else {
-            tracing::warn!(
-                "no answer to a reload in {DATABASE_ANSWER_TIMEOUT:?}; SKU stays paused"
-            );
+        let Some(read) = answered(store.as_ref(), read).await else {
+            tracing::warn!("no answer to a reload, or the primary moved; SKU stays paused");
             return None;
         };
         match read {

@@ -193,6 +193,12 @@ pub trait Store: Send + Sync + 'static {
         batches: &[&Batch],
     ) -> Result<Vec<BatchOutcome>, BatchError>;
 
+    /// Waits until the database's primary moves to another host (never, by
+    /// default): a commit in flight on the old one will not be answered.
+    async fn primary_moved(&self) {
+        std::future::pending::<()>().await;
+    }
+
     /// Commits one batch in one transaction, or nothing.
     async fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<BatchOutcome, StoreError> {
         let mut outcomes = self

@@ -243,6 +243,10 @@ impl Store for SqlStore {
         Ok(created)
     }
 
+    async fn primary_moved(&self) {
+        self.db.primary_moved().await;
+    }
+
     async fn commit_all(
         &self,
         epoch: Epoch,

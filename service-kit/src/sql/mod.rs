@@ -39,6 +39,8 @@
 
 mod statement;
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
@@ -47,6 +49,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Sqlite, Transaction, Type};
 
 use crate::db::{self, Backend, SqlitePools};
+use crate::primary::LastMove;
 
 pub use statement::{sql, Arg, List, Statement, Table};
 
@@ -88,7 +91,7 @@ pub struct Db(Pools);
 
 #[derive(Debug, Clone)]
 enum Pools {
-    Postgres(PgPool),
+    Postgres(PgPool, Arc<LastMove>),
     Sqlite(SqlitePools),
 }
 
@@ -106,7 +109,7 @@ impl Db {
         match Backend::of(url).map_err(Error::Database)? {
             Backend::Postgres => db::connect_postgres(url, pool_size, postgres)
                 .await
-                .map(Pools::Postgres),
+                .map(|(pool, moves)| Pools::Postgres(pool, moves)),
             Backend::Sqlite => db::open_sqlite(url, pool_size, sqlite)
                 .await
                 .map(Pools::Sqlite),
@@ -118,13 +121,23 @@ impl Db {
     /// The connections of `pool`, whose database has the service's
     /// migrations applied already.
     pub fn postgres(pool: PgPool) -> Self {
-        Db(Pools::Postgres(pool))
+        Db(Pools::Postgres(pool, Arc::default()))
+    }
+
+    /// Waits until the database's primary moves to another host (never,
+    /// for a single host or SQLite): a call in flight on the old one will
+    /// not be answered there.
+    pub async fn primary_moved(&self) {
+        match &self.0 {
+            Pools::Postgres(_, moves) => moves.next_move().await,
+            Pools::Sqlite(_) => std::future::pending().await,
+        }
     }
 
     /// Which database this is.
     pub fn backend(&self) -> Backend {
         match self.0 {
-            Pools::Postgres(_) => Backend::Postgres,
+            Pools::Postgres(..) => Backend::Postgres,
             Pools::Sqlite(_) => Backend::Sqlite,
         }
     }
@@ -133,7 +146,7 @@ impl Db {
     /// write lock from its start (`BEGIN IMMEDIATE`).
     pub async fn write(&self) -> Result<Tx, Error> {
         match &self.0 {
-            Pools::Postgres(pool) => pool.begin().await.map(TxOn::Postgres),
+            Pools::Postgres(pool, _) => pool.begin().await.map(TxOn::Postgres),
             Pools::Sqlite(pools) => pools
                 .writer
                 .begin_with("BEGIN IMMEDIATE")
@@ -148,7 +161,7 @@ impl Db {
     /// so what it reads adds up as it was at one instant.
     pub async fn snapshot(&self) -> Result<Tx, Error> {
         match &self.0 {
-            Pools::Postgres(pool) => {
+            Pools::Postgres(pool, _) => {
                 let mut tx = Tx(TxOn::Postgres(pool.begin().await.map_err(driver)?));
                 sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .execute(&mut tx)
@@ -171,7 +184,7 @@ impl Db {
     /// there it serves reads only (writes go through [`Db::write`]).
     pub async fn connection(&self) -> Result<Conn, Error> {
         match &self.0 {
-            Pools::Postgres(pool) => pool.acquire().await.map(ConnOn::Postgres),
+            Pools::Postgres(pool, _) => pool.acquire().await.map(ConnOn::Postgres),
             Pools::Sqlite(pools) => pools.readers.acquire().await.map(ConnOn::Sqlite),
         }
         .map(Conn)
