@@ -31,7 +31,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use test_support::draw::Draw;
 use test_support::faketime::FakeClock;
-use test_support::ha_region::HaRegion;
+use test_support::ha_region::{HaRegion, MachineFault};
 use test_support::history::{Expect, History};
 use test_support::pg_server::PgServer;
 
@@ -705,6 +705,60 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
             Vec::new(),
         )
         .await;
+}
+
+/// Goal (the long soak of the coordinator's database): `ESCROW_SOAK_FAILOVERS`
+/// sales (default 10), each on a fresh coordinator database of one
+/// pg_auto_failover formation and fresh agents, each with the formation's
+/// primary machine killed or frozen (by the seed) at a drawn moment of the
+/// sale while eu takes us's units: every sale sells out exactly, every
+/// acknowledged hold is stored, and the books settle at drift 0 with
+/// nothing in transit (a transfer applied twice would show as drift or an
+/// oversold unit). Not run by default (about half a minute a sale): `cargo
+/// test -p coordinator --test faults -- --ignored soak_coordinator`, the
+/// seed from `ESCROW_SOAK_SEED`, which the test prints.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the long soak: run it with --ignored"]
+async fn soak_coordinator_failovers_move_every_unit_once() {
+    let seed = test_support::draw::soak_seed();
+    let failovers: usize = std::env::var("ESCROW_SOAK_FAILOVERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    eprintln!("soak: ESCROW_SOAK_SEED={seed}, {failovers} failovers");
+    let mut draw = Draw::new(seed);
+    let Some(formation) = HaRegion::start_or_skip("the soak") else {
+        return;
+    };
+    for n in 1..=failovers {
+        let url = formation.fresh_database(&format!("coordinator{n}")).await;
+        let agents_beside = TestDb::sqlite(&region_agent::store::sqlite::MIGRATOR).await;
+        let cluster = Cluster::start_on(&url, &agents_beside, json!({}), |_| Env::new()).await;
+        let fault = if draw.below(2) == 0 {
+            MachineFault::Freezes
+        } else {
+            MachineFault::Dies
+        };
+        // The sale sells out in about 0.75 s without a fault: strike within it.
+        let at = Duration::from_millis(draw.below(600));
+        let history = Arc::new(History::new());
+        let failover = async {
+            tokio::time::sleep(at).await;
+            let from = history.now();
+            let (old, _) = formation.fail_primary(fault).await;
+            (old, from..history.now())
+        };
+        let ((), (old, failing_over)) = tokio::join!(cluster.sell(&history), failover);
+        cluster
+            .check(
+                &history,
+                &format!("soak {n}: the coordinator's primary machine {fault:?} at {at:.2?} (seed {seed})"),
+                failing_over,
+                Vec::new(),
+            )
+            .await;
+        formation.mend_node(old, fault).await;
+    }
 }
 
 /// Goal: from 0.3 s to 3.3 s into the sale, another SKU's sale storms the

@@ -110,6 +110,22 @@ impl HaRegion {
         &self.url
     }
 
+    /// The multi-host URL of a new, empty database `name` of the
+    /// formation, created on its primary.
+    pub async fn fresh_database(&self, name: &str) -> String {
+        let primary = self.primary().await.expect("the formation has a primary");
+        let port = self.node_ports()[primary - 1];
+        let mut admin =
+            PgConnection::connect(&format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+                .await
+                .expect("the primary answers");
+        sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+            .execute(&mut admin)
+            .await
+            .expect("the database is created");
+        self.url.replacen("/agent?", &format!("/{name}?"), 1)
+    }
+
     /// The data nodes' ports.
     pub fn node_ports(&self) -> [u16; 3] {
         [self.base + 1, self.base + 2, self.base + 3]
