@@ -720,13 +720,7 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the long soak: run it with --ignored"]
 async fn soak_coordinator_failovers_move_every_unit_once() {
-    let seed = test_support::draw::soak_seed();
-    let failovers: usize = std::env::var("ESCROW_SOAK_FAILOVERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    eprintln!("soak: ESCROW_SOAK_SEED={seed}, {failovers} failovers");
-    let mut draw = Draw::new(seed);
+    let (seed, failovers, mut draw) = test_support::draw::failover_soak();
     let Some(formation) = HaRegion::start_or_skip("the soak") else {
         return;
     };

@@ -95,13 +95,7 @@ async fn fail_over_under_a_sale(fault: MachineFault) {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the long soak: run it with --ignored"]
 async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
-    let seed = test_support::draw::soak_seed();
-    let failovers: usize = std::env::var("ESCROW_SOAK_FAILOVERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    eprintln!("soak: ESCROW_SOAK_SEED={seed}, {failovers} failovers");
-    let mut draw = test_support::draw::Draw::new(seed);
+    let (seed, failovers, mut draw) = test_support::draw::failover_soak();
     let Some(region) = HaRegion::start_or_skip("the soak") else {
         return;
     };

@@ -33,3 +33,16 @@ pub fn soak_seed() -> u64 {
                 | 1
         })
 }
+
+/// A failover soak's plan: its seed ([`soak_seed`]), how many failovers
+/// (`ESCROW_SOAK_FAILOVERS`, default 10) and the stream drawn from the
+/// seed; both printed, so a failure can be replayed.
+pub fn failover_soak() -> (u64, usize, Draw) {
+    let seed = soak_seed();
+    let failovers = std::env::var("ESCROW_SOAK_FAILOVERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    eprintln!("soak: ESCROW_SOAK_SEED={seed}, {failovers} failovers");
+    (seed, failovers, Draw::new(seed))
+}
