@@ -39,9 +39,9 @@ pub const BATCHES_PER_COMMIT_MAX: usize = 128;
 
 /// Longest a transaction (or an owner's read) waits for the database's
 /// answer: past the server's own `statement_timeout` (10 s), so a server
-/// that answers ends its statements itself, and short of
-/// [`escrow_core::owner::SETTLE_MS`], so a batch whose commit got no answer
-/// still has time to be settled on a promoted standby.
+/// that answers ends its statements itself. A call ends sooner when the
+/// database's primary moves ([`answered`]): what was in flight on the old
+/// host is settled on the new one.
 pub const DATABASE_ANSWER_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// A batch and where its result goes, with the batch handed back.
