@@ -4,7 +4,8 @@
 //! hosts. Under a sale the primary's machine dies (its keeper and
 //! PostgreSQL killed with -9); the monitor promotes a standby by itself and
 //! the agent follows. The same when the primary's machine freezes (its
-//! processes stopped, its connections open and silent). Every acknowledged
+//! processes stopped, its connections open and silent), and when its disk
+//! fails (the node then replaced by a new one). Every acknowledged
 //! hold is on the new primary, the counters agree with the rows, and
 //! selling resumes. PostgreSQL and pg_auto_failover only.
 
@@ -38,6 +39,18 @@ async fn the_ha_manager_fails_over_and_no_acknowledged_hold_is_lost() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_primary_does_not_stall_the_agent() {
     fail_over_under_a_sale(MachineFault::Freezes).await;
+}
+
+/// Goal: a primary whose disk fails does not lose what it acknowledged.
+/// As above, the primary's disk failing instead (ext4 records an error
+/// and remounts it read-only: the next WAL write fails, PostgreSQL stops
+/// and cannot start again); the monitor promotes a standby, the agent
+/// follows, and the node is replaced as the runbook says (dropped, a new
+/// one on a fresh disk cloned from the new primary), joining as a standby
+/// and taking none of the agent's writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_disk_under_the_primary_loses_no_acknowledged_hold() {
+    fail_over_under_a_sale(MachineFault::DiskFails).await;
 }
 
 /// 100 holds, the primary's machine failed by `fault`, 100 buyers while
@@ -84,9 +97,10 @@ async fn fail_over_under_a_sale(fault: MachineFault) {
 
 /// Goal (the long soak): no acknowledged hold is lost over many failovers
 /// under load. Four buyers reserve without pause while, `ESCROW_SOAK_FAILOVERS`
-/// times (default 10), the primary's machine is killed with -9 or frozen
-/// (by the seed), a standby is promoted by the monitor, and the old
-/// machine comes back and rejoins as a standby before the next. Then every
+/// times (default 10), the primary's machine is killed with -9, frozen or
+/// its disk fails (by the seed), a standby is promoted by the monitor, and
+/// the old machine comes back (or is replaced) and rejoins as a standby
+/// before the next. Then every
 /// refused key is retried: every 201 is readable, the counters equal the
 /// rows, no key is held twice. Not run by default (about half a minute
 /// per failover): `cargo test -p region-agent --test ha_failover --
@@ -118,10 +132,10 @@ async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
         .collect();
     for n in 1..=failovers {
         tokio::time::sleep(Duration::from_millis(500 + draw.below(2_500))).await;
-        let fault = if draw.below(2) == 0 {
-            MachineFault::Freezes
-        } else {
-            MachineFault::Dies
+        let fault = match draw.below(3) {
+            0 => MachineFault::Freezes,
+            1 => MachineFault::Dies,
+            _ => MachineFault::DiskFails,
         };
         let at = Instant::now();
         let (old, promoted) = region.fail_primary(fault).await;

@@ -16,7 +16,8 @@ use crate::tools::skip_without;
 
 /// What the test needs of the machine.
 pub const TOOL: &str = "pg_auto_failover (apt-get install postgresql-15-auto-failover \
-                        pg-auto-failover-cli) and PostgreSQL's server binaries";
+                        pg-auto-failover-cli), PostgreSQL's server binaries, and root \
+                        (each node's disk is a loop-mounted ext4 image)";
 
 /// Longest the formation may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(240);
@@ -28,6 +29,8 @@ pub enum MachineFault {
     Dies,
     /// Every process of the node stopped ([`HaRegion::freeze_node`]).
     Freezes,
+    /// The node's disk fails ([`HaRegion::fail_disk`]).
+    DiskFails,
 }
 
 /// A running formation.
@@ -39,8 +42,10 @@ pub struct HaRegion {
 }
 
 impl HaRegion {
-    /// Starts the formation with an empty database `agent`; `None` (after
-    /// [`skip_without`]) where pg_auto_failover is not installed.
+    /// Starts the formation with an empty database `agent`, each node on
+    /// a disk of its own (`scripts/ha-region --disks`); `None` (after
+    /// [`skip_without`]) where pg_auto_failover is not installed or the
+    /// test does not run as root.
     #[track_caller]
     pub fn start_or_skip(what: &str) -> Option<Self> {
         let installed = Command::new("pg_autoctl")
@@ -49,7 +54,11 @@ impl HaRegion {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        if !installed {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+        if !(installed && root) {
             skip_without(TOOL, what);
             return None;
         }
@@ -72,6 +81,7 @@ impl HaRegion {
                 &dir.display().to_string(),
                 "--port",
                 &base.to_string(),
+                "--disks",
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -136,13 +146,19 @@ impl HaRegion {
     /// a moment before its sessions stop being read-only).
     pub async fn primary(&self) -> Option<usize> {
         for n in 1..=3 {
-            let writes = "SELECT NOT pg_is_in_recovery() \
-                          AND NOT current_setting('transaction_read_only')::bool";
-            if self.ask(n, writes).await == Some(true) {
+            if self.takes_writes(n).await {
                 return Some(n);
             }
         }
         None
+    }
+
+    /// Whether node `n` (1..=3) answers, out of recovery and with
+    /// sessions that are not read-only.
+    pub async fn takes_writes(&self, n: usize) -> bool {
+        let writes = "SELECT NOT pg_is_in_recovery() \
+                      AND NOT current_setting('transaction_read_only')::bool";
+        self.ask(n, writes).await == Some(true)
     }
 
     /// Whether node `n` (1..=3) is a standby now; `None` if it does not
@@ -175,6 +191,7 @@ impl HaRegion {
         match fault {
             MachineFault::Dies => self.kill_node(old),
             MachineFault::Freezes => self.freeze_node(old),
+            MachineFault::DiskFails => self.fail_disk(old),
         }
         crate::eventually(
             "a standby is promoted",
@@ -185,12 +202,14 @@ impl HaRegion {
         (old, at.elapsed())
     }
 
-    /// Node `n`, failed by `fault`, comes back (started again, or thawed);
+    /// Node `n`, failed by `fault`, comes back (started again, thawed,
+    /// or, after its disk failed, replaced by a new node on a fresh disk);
     /// waits (up to 120 s) until it has rejoined as a standby.
     pub async fn mend_node(&self, n: usize, fault: MachineFault) {
         match fault {
             MachineFault::Dies => self.restart_node(n),
             MachineFault::Freezes => self.thaw_node(n),
+            MachineFault::DiskFails => self.replace_node(n),
         }
         crate::eventually(
             "the old primary rejoins as a standby",
@@ -203,16 +222,35 @@ impl HaRegion {
     /// Node `n`'s machine comes back: its keeper starts again on its old
     /// data (`scripts/ha-region --restart`); the monitor decides its role.
     pub fn restart_node(&self, n: usize) {
-        let started = Command::new(script())
+        self.on_node("--restart", n);
+    }
+
+    /// Node `n`'s disk fails (`scripts/ha-region --fail-disk`): the kernel
+    /// records an ext4 error and remounts it read-only, so every write
+    /// PostgreSQL makes on it fails from then on.
+    pub fn fail_disk(&self, n: usize) {
+        self.on_node("--fail-disk", n);
+    }
+
+    /// Node `n` is replaced as the runbook says (`scripts/ha-region
+    /// --replace`): dropped from the formation, and a new node on a fresh
+    /// disk clones the primary; returns once it is a standby.
+    pub fn replace_node(&self, n: usize) {
+        self.on_node("--replace", n);
+    }
+
+    /// Runs `scripts/ha-region --dir DIR ACTION n`.
+    fn on_node(&self, action: &str, n: usize) {
+        let done = Command::new(script())
             .args([
                 "--dir",
                 &self.dir.display().to_string(),
-                "--restart",
+                action,
                 &n.to_string(),
             ])
             .status()
             .expect("scripts/ha-region runs");
-        assert!(started.success(), "restarting node{n} failed");
+        assert!(done.success(), "scripts/ha-region {action} {n} failed");
     }
 
     /// Node `n`'s machine dies: its keeper and its PostgreSQL, the whole
