@@ -63,6 +63,10 @@ struct Cli {
     /// The naive server's connection pool.
     #[arg(long, default_value_t = 16, global = true)]
     naive_pool_size: u32,
+    /// Skip the comparison's phases on a synchronous standby
+    /// (`scripts/ha-region`, about a minute and a half).
+    #[arg(long, global = true)]
+    no_standby: bool,
     /// Worker threads of the load generator's runtime.
     #[arg(long, default_value_t = 2, global = true)]
     client_threads: usize,
@@ -282,6 +286,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_waiting: cli.agent_max_waiting,
         },
         naive_pool_size: cli.naive_pool_size,
+        standby: !cli.no_standby,
         binaries,
     };
     let facts = bench::database::server_facts(&settings.database_url).await?;

@@ -17,6 +17,8 @@
 //! - [`client`]: one keep-alive HTTP/1 connection.
 //! - [`outcome`]: what each answer means, and their tallies.
 //! - [`database`]: scratch PostgreSQL databases, created and dropped per run.
+//! - [`ha_region`]: one region's highly available database
+//!   (`scripts/ha-region`), started and stopped.
 //! - [`metrics`]: the processes' `/metrics`, and the counters of a sale.
 //! - [`shape`]: the sales: presets, flags, a simulator scenario.
 //! - [`sale`]: one sale on a cluster, from the SKU's creation to the
@@ -31,6 +33,7 @@ pub mod client;
 pub mod cluster;
 pub mod crowd;
 pub mod database;
+pub mod ha_region;
 pub mod link;
 pub mod metrics;
 pub mod outcome;

@@ -1,26 +1,20 @@
-//! One region's highly available database, as `scripts/ha-region` starts
-//! it: a pg_auto_failover monitor and three PostgreSQL nodes, each in a
-//! process group of its own, so a test can make one node's machine die.
-//! Stopped (the script's SIGTERM path) and removed on drop.
+//! One region's highly available database ([`harness::ha_region`]) and
+//! the faults a test makes its nodes suffer: each node runs in a process
+//! group of its own, on a disk of its own, so one node's machine can die,
+//! freeze or lose its disk.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use harness::ha_region::Formation;
 use sqlx::{Connection, PgConnection};
 
-use crate::process::free_port;
 use crate::tools::skip_without;
 
 /// What the test needs of the machine.
 pub const TOOL: &str = "pg_auto_failover (apt-get install postgresql-15-auto-failover \
                         pg-auto-failover-cli), PostgreSQL's server binaries, and root \
                         (each node's disk is a loop-mounted ext4 image)";
-
-/// Longest the formation may take to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// How a test makes a node's machine fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +28,7 @@ pub enum MachineFault {
 }
 
 /// A running formation.
-pub struct HaRegion {
-    script: Child,
-    dir: PathBuf,
-    base: u16,
-    url: String,
-}
+pub struct HaRegion(Formation);
 
 impl HaRegion {
     /// Starts the formation with an empty database `agent`, each node on
@@ -48,76 +37,27 @@ impl HaRegion {
     /// test does not run as root.
     #[track_caller]
     pub fn start_or_skip(what: &str) -> Option<Self> {
-        let installed = Command::new("pg_autoctl")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
         let root = Command::new("id")
             .arg("-u")
             .output()
             .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
-        if !(installed && root) {
+        if !(Formation::installed() && root) {
             skip_without(TOOL, what);
             return None;
         }
         // pg_auto_failover's formation now and then fails to come up on a
         // loaded machine (a node never reported as secondary); one more
         // try on fresh ports and a fresh directory.
-        Some(Self::start().unwrap_or_else(|why| {
-            eprintln!("scripts/ha-region failed ({why}); trying once more");
-            Self::start().unwrap_or_else(|why| panic!("{why}"))
-        }))
-    }
-
-    fn start() -> Result<Self, String> {
-        let dir =
-            std::env::temp_dir().join(format!("escrow-ha-{}-{}", std::process::id(), free_port()));
-        let base = four_free_ports();
-        let mut child = Command::new(script())
-            .args([
-                "--dir",
-                &dir.display().to_string(),
-                "--port",
-                &base.to_string(),
-                "--disks",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("scripts/ha-region starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                eprintln!("{line}");
-                if let Some(url) = line.strip_prefix("ha-region: ready: ") {
-                    let _ = tx.send(url.to_owned());
-                }
-            }
+        let formation = Formation::start(true).or_else(|why| {
+            eprintln!("scripts/ha-region failed ({why:#}); trying once more");
+            Formation::start(true)
         });
-        let formation = |url| Self {
-            script: child,
-            dir,
-            base,
-            url,
-        };
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(url) => Ok(formation(url)),
-            // Dropped: the script stopped, and the directory is removed.
-            Err(e) => {
-                drop(formation(String::new()));
-                Err(format!(
-                    "scripts/ha-region did not print its URL ({e}: it stopped, or took over {START_TIMEOUT:?}); its output is above"
-                ))
-            }
-        }
+        Some(Self(formation.unwrap_or_else(|why| panic!("{why:#}"))))
     }
 
     /// The multi-host URL of the formation's database `agent`.
     pub fn url(&self) -> &str {
-        &self.url
+        self.0.url()
     }
 
     /// The multi-host URL of a new, empty database `name` of the
@@ -133,53 +73,23 @@ impl HaRegion {
             .execute(&mut admin)
             .await
             .expect("the database is created");
-        self.url.replacen("/agent?", &format!("/{name}?"), 1)
+        self.url().replacen("/agent?", &format!("/{name}?"), 1)
     }
 
     /// The data nodes' ports.
     pub fn node_ports(&self) -> [u16; 3] {
-        [self.base + 1, self.base + 2, self.base + 3]
+        self.0.node_ports()
     }
 
-    /// The node (1..=3) that is the primary now, by asking each node: out
-    /// of recovery and taking writes (a promoted standby is out of recovery
-    /// a moment before its sessions stop being read-only).
+    /// The node (1..=3) that is the primary now ([`Formation::primary`]).
     pub async fn primary(&self) -> Option<usize> {
-        for n in 1..=3 {
-            if self.takes_writes(n).await {
-                return Some(n);
-            }
-        }
-        None
-    }
-
-    /// Whether node `n` (1..=3) answers, out of recovery and with
-    /// sessions that are not read-only.
-    pub async fn takes_writes(&self, n: usize) -> bool {
-        let writes = "SELECT NOT pg_is_in_recovery() \
-                      AND NOT current_setting('transaction_read_only')::bool";
-        self.ask(n, writes).await == Some(true)
+        self.0.primary().await
     }
 
     /// Whether node `n` (1..=3) is a standby now; `None` if it does not
     /// answer within a second.
     pub async fn in_recovery(&self, n: usize) -> Option<bool> {
-        self.ask(n, "SELECT pg_is_in_recovery()").await
-    }
-
-    /// Node `n`'s answer to `query` (one boolean); `None` if it does not
-    /// answer within a second.
-    async fn ask(&self, n: usize, query: &str) -> Option<bool> {
-        let port = self.node_ports()[n - 1];
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        let ask = async {
-            let mut conn = PgConnection::connect(&url).await.ok()?;
-            sqlx::query_scalar(query).fetch_one(&mut conn).await.ok()
-        };
-        tokio::time::timeout(Duration::from_secs(1), ask)
-            .await
-            .ok()
-            .flatten()
+        self.0.in_recovery(n).await
     }
 
     /// The primary's machine fails as `fault` says; waits (up to 90 s)
@@ -241,16 +151,9 @@ impl HaRegion {
 
     /// Runs `scripts/ha-region --dir DIR ACTION n`.
     fn on_node(&self, action: &str, n: usize) {
-        let done = Command::new(script())
-            .args([
-                "--dir",
-                &self.dir.display().to_string(),
-                action,
-                &n.to_string(),
-            ])
-            .status()
-            .expect("scripts/ha-region runs");
-        assert!(done.success(), "scripts/ha-region {action} {n} failed");
+        self.0
+            .on_node(action, n)
+            .unwrap_or_else(|why| panic!("{why:#}"));
     }
 
     /// Node `n`'s machine dies: its keeper and its PostgreSQL, the whole
@@ -276,29 +179,15 @@ impl HaRegion {
     }
 
     fn signal_node(&self, n: usize, signal: &str) {
-        let group = self.node_group(n);
-        let sent = Command::new("kill")
-            .args([signal, "--", &format!("-{group}")])
-            .status()
-            .expect("kill runs");
-        assert!(
-            sent.success(),
-            "kill {signal} of node{n}'s process group failed"
-        );
-    }
-
-    fn node_group(&self, n: usize) -> u32 {
-        std::fs::read_to_string(self.dir.join(format!("node{n}.pid")))
-            .expect("the script wrote the node's process group")
-            .trim()
-            .parse()
-            .expect("a process group id")
+        self.0
+            .signal_node(n, signal)
+            .unwrap_or_else(|why| panic!("{why:#}"));
     }
 
     /// Node `n`'s process group and every descendant of its members, each
     /// listed after its parent.
     fn node_processes(&self, n: usize) -> Vec<u32> {
-        let group = self.node_group(n);
+        let group = self.0.node_group(n).unwrap_or_else(|why| panic!("{why:#}"));
         let ps = Command::new("ps")
             .args(["-eo", "pid=,ppid=,pgid="])
             .output()
@@ -339,34 +228,4 @@ fn signal(pids: &[u32], signal: &str) {
         .stderr(Stdio::null())
         .status()
         .expect("kill runs");
-}
-
-/// A port that is free with the three above it (the monitor's and the
-/// nodes').
-fn four_free_ports() -> u16 {
-    loop {
-        let base = free_port();
-        let free = (0..4).all(|i| {
-            base.checked_add(i)
-                .is_some_and(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        });
-        if free {
-            return base;
-        }
-    }
-}
-
-/// `scripts/ha-region`.
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ha-region")
-}
-
-impl Drop for HaRegion {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.script.id().to_string()])
-            .status();
-        let _ = self.script.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }

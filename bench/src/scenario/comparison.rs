@@ -13,6 +13,7 @@ use crate::load::{LoadReport, Workload};
 
 use super::coordinated::coordinated;
 use super::servers::{start_agent, start_ceiling, start_naive};
+use super::standby::{standby_phases, StandbyPhases};
 use super::{
     agent_load, audit_drift, hot, put_sku, spec, watched_load, AgentBackend, Settings,
     DROP_WARM_SKUS, HOT_STOCK, MULTI_SKUS, MULTI_STOCK, SOLD_OUT_STOCK,
@@ -53,6 +54,8 @@ pub struct Comparison {
     pub sqlite_multi: LoadReport,
     /// The SQLite agent's audit after its phases.
     pub sqlite_drift_total: i64,
+    /// The agent on a database with a synchronous standby, or why not.
+    pub standby: Result<StandbyPhases, String>,
 }
 
 /// The agent's runs of one backend: sold-out path, hot SKU, 100 SKUs.
@@ -169,6 +172,14 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
     let sqlite_drift_total = audit_drift(addr).await?;
     agent.stop().await?;
 
+    let standby = if !settings.standby {
+        Err("not run (--no-standby)".to_owned())
+    } else if !harness::ha_region::Formation::installed() {
+        Err("not run: pg_autoctl is missing (apt-get install postgresql-15-auto-failover pg-auto-failover-cli)".to_owned())
+    } else {
+        Ok(standby_phases(settings).await?)
+    };
+
     Ok(Comparison {
         ceiling: ceiling_report,
         naive: naive_report,
@@ -186,6 +197,7 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         sqlite_hot: lite.hot,
         sqlite_multi: lite.multi,
         sqlite_drift_total,
+        standby,
     })
 }
 

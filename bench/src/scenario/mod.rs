@@ -5,7 +5,9 @@
 //! release mix), each a separate process on loopback, the two storing
 //! servers on their own scratch databases of the same PostgreSQL; then the
 //! agent again on its embedded SQLite backend (hot SKU, sold-out path, 100
-//! SKUs), on a scratch file, durable the same way (WAL synced at commit).
+//! SKUs), on a scratch file, durable the same way (WAL synced at commit);
+//! and on a formation with a synchronous standby (hot SKU, 100 SKUs, a
+//! failover).
 //! [`sweep_batch`] and [`sweep_clients`] show how the agent's throughput
 //! moves with its batch bound (`--max-in-flight`) and with the number of
 //! concurrent buyers.
@@ -14,11 +16,13 @@
 //! phase, creating SKUs, the audit, and a load run with its measurements.
 //! The servers under test are started in `servers.rs`, the comparison's
 //! phases run in `comparison.rs` (the coordinated ones in
-//! `coordinated.rs`), and the sweeps in `sweeps.rs`.
+//! `coordinated.rs`, the standby's in `standby.rs`), and the sweeps in
+//! `sweeps.rs`.
 
 mod comparison;
 mod coordinated;
 mod servers;
+mod standby;
 mod sweeps;
 
 use std::net::SocketAddr;
@@ -37,6 +41,7 @@ use crate::load::{self, LoadReport, LoadSpec, Workload};
 use crate::metrics::CommitCounters;
 
 pub use comparison::{compare, hot_only, Comparison};
+pub use standby::StandbyPhases;
 pub use sweeps::{sweep_batch, sweep_clients, SweepPoint, SWEEP_CLIENTS, SWEEP_MAX_IN_FLIGHT};
 
 /// Units of the hot SKU: far more than any run on this machine sells, so
@@ -93,17 +98,23 @@ pub struct Settings {
     pub agent: AgentFlags,
     /// The naive server's connection pool.
     pub naive_pool_size: u32,
+    /// Whether the comparison runs the agent on a synchronous standby too
+    /// (`scripts/ha-region`; needs pg_auto_failover).
+    pub standby: bool,
     /// Where the server binaries are.
     pub binaries: Binaries,
 }
 
 /// Where an agent under test stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentBackend {
     /// A scratch database on the run's PostgreSQL.
     Postgres,
     /// A scratch SQLite file.
     Sqlite,
+    /// An empty database at this URL, neither created nor dropped here
+    /// (a highly available formation's multi-host URL).
+    Url(String),
 }
 
 /// Creates (or resets) a SKU through the admin API.

@@ -69,6 +69,7 @@ pub(super) async fn start_agent_with(
             let url = file.url.clone();
             (None, Some(file), url)
         }
+        AgentBackend::Url(url) => (None, None, url),
     };
     let addr = free_addr()?;
     let mut args: Vec<String> = [
