@@ -667,7 +667,8 @@ async fn the_database_server_restarting_under_load_loses_nothing() {
 /// eu's buyers take us's units through the coordinator, the primary's
 /// machine dies (keeper and PostgreSQL killed with -9): takes and syncs
 /// fail (the agents' buyers hear PAUSED and retry) until the monitor
-/// promotes a standby and the coordinator follows it. A grant or return
+/// promotes a standby and the coordinator follows it; its audit, asked
+/// meanwhile, answers 503 `UNAVAILABLE`, never 500. A grant or return
 /// whose commit was cut applies once by its transfer id: the sale sells
 /// out exactly, every acknowledged hold is stored, and the books settle
 /// at drift 0 with nothing in transit.
@@ -688,15 +689,31 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
             .await
             .expect("the formation has a primary");
         tokio::task::block_in_place(|| formation.kill_node(dead));
-        eventually(
-            "a standby is promoted",
-            Duration::from_secs(60),
-            async || formation.primary().await.is_some_and(|p| p != dead),
-        )
-        .await;
-        from..history.now()
+        // Asked while no primary exists, the coordinator says what it is.
+        let mut audits = Vec::new();
+        while formation.primary().await.is_none_or(|p| p == dead) {
+            audits.push(cluster.admin.admin_get("/v1/admin/audit").await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(
+                history.now() - from < Duration::from_secs(60),
+                "a standby is promoted within a minute"
+            );
+        }
+        (from..history.now(), audits)
     };
-    let ((), failing_over) = tokio::join!(cluster.sell(&history), failover);
+    let ((), (failing_over, audits)) = tokio::join!(cluster.sell(&history), failover);
+    assert!(
+        audits
+            .iter()
+            .all(|(status, body)| status.is_success() || body["outcome"] == "UNAVAILABLE"),
+        "the audit during the failover answered: {audits:?}"
+    );
+    assert!(
+        audits
+            .iter()
+            .any(|(status, _)| *status == StatusCode::SERVICE_UNAVAILABLE),
+        "the audit was asked while no primary existed and answered 503: {audits:?}"
+    );
     cluster
         .check(
             &history,

@@ -32,8 +32,11 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a call waits for a connection from a pool that follows a
 /// primary: a connect to a frozen host hangs until this bound, and while
 /// no primary exists every call fails after it (PAUSED) instead of after
-/// the single-host pool's [`crate::db::POSTGRES_ACQUIRE_TIMEOUT`].
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// the single-host pool's [`crate::db::POSTGRES_ACQUIRE_TIMEOUT`]. Room
+/// for one [`PROBE_TIMEOUT`] and a connect, and under the coordinator's
+/// 1.8 s request bound, so a call that finds no primary is answered for
+/// what it is (503 `UNAVAILABLE`), not as overloaded.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(1_500);
 
 /// The hosts of a PostgreSQL URL, each with the URL's user, database and
 /// parameters, in the order the URL gives them.

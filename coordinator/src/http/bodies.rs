@@ -29,7 +29,11 @@ pub enum Outcome {
     Fenced,
     /// Too many requests in flight, or one ran too long; nothing committed (503).
     Overloaded,
-    /// A failure inside the coordinator, logged only (500).
+    /// The coordinator's database cannot be reached or failed (no primary,
+    /// a failover, a connection lost); retry (503).
+    Unavailable,
+    /// A row that cannot be right (a bug or a corrupt database), logged
+    /// only (500).
     Internal,
 }
 

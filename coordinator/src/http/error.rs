@@ -35,6 +35,10 @@ pub enum ApiError {
     /// committed; the agent retries with the same ids.
     #[error("overloaded")]
     Overloaded,
+    /// The database cannot be reached or failed: a pause, not a bug;
+    /// logged, answered without details.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     /// Logged, answered without details.
     #[error("internal: {0}")]
     Internal(String),
@@ -48,7 +52,7 @@ impl From<StoreError> for ApiError {
             StoreError::StaleEpoch => ApiError::Fenced,
             StoreError::Invalid(why) => ApiError::BadRequest(why),
             StoreError::Corrupt(why) => ApiError::Internal(why),
-            StoreError::Database(e) => ApiError::Internal(e),
+            StoreError::Database(e) => ApiError::Unavailable(e),
         }
     }
 }
@@ -76,13 +80,10 @@ impl IntoResponse for ApiError {
             ApiError::UnknownSku => (StatusCode::NOT_FOUND, Outcome::UnknownSku, None),
             ApiError::Conflict(error) => (StatusCode::CONFLICT, Outcome::Conflict, Some(error)),
             ApiError::Fenced => (StatusCode::CONFLICT, Outcome::Fenced, None),
-            ApiError::Overloaded => {
-                let body = OutcomeBody {
-                    outcome: Outcome::Overloaded,
-                    error: None,
-                };
-                let retry = [(axum::http::header::RETRY_AFTER, "1")];
-                return (StatusCode::SERVICE_UNAVAILABLE, retry, Json(body)).into_response();
+            ApiError::Overloaded => return retry_later(Outcome::Overloaded),
+            ApiError::Unavailable(detail) => {
+                tracing::warn!(%detail, "the database cannot be reached or failed");
+                return retry_later(Outcome::Unavailable);
             }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
@@ -91,4 +92,14 @@ impl IntoResponse for ApiError {
         };
         (status, Json(OutcomeBody { outcome, error })).into_response()
     }
+}
+
+/// 503 with `outcome` and `Retry-After: 1`.
+fn retry_later(outcome: Outcome) -> Response {
+    let body = OutcomeBody {
+        outcome,
+        error: None,
+    };
+    let retry = [(axum::http::header::RETRY_AFTER, "1")];
+    (StatusCode::SERVICE_UNAVAILABLE, retry, Json(body)).into_response()
 }

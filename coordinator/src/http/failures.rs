@@ -12,10 +12,10 @@ pub enum AdminFailures {
     /// `UNAUTHORIZED`: missing or wrong admin token
     #[response(status = 401)]
     Unauthorized(OutcomeBody),
-    /// `INTERNAL`: database failure; details logged only
+    /// `INTERNAL`: a row that cannot be right; details logged only
     #[response(status = 500)]
     Internal(OutcomeBody),
-    /// `OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed
+    /// `OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed; `UNAVAILABLE`: the database cannot be reached (no primary, failing over); a change sent with an Idempotency-Key is safe to retry
     #[response(status = 503, headers(("Retry-After" = u32, description = "Always 1")))]
     Overloaded(OutcomeBody),
 }

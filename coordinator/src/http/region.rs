@@ -36,8 +36,8 @@ fn authorise(state: &AppState, headers: &HeaderMap, region: &str) -> Result<Regi
         (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
         (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
         (status = 409, description = "`FENCED`: an older agent process; nothing applied", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed but the SKUs it finished, each whole", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 500, description = "`INTERNAL`: a row that cannot be right; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed but the SKUs it finished, each whole; `UNAVAILABLE`: the database cannot be reached (no primary, failing over), nothing known committed beyond what the request's ids make safe to retry", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -67,8 +67,8 @@ pub async fn sync(
         (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
         (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`: no such SKU, or the region has no part in it", body = OutcomeBody),
-        (status = 500, description = "`INTERNAL`: database failure; details logged only", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 500, description = "`INTERNAL`: a row that cannot be right; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; nothing committed; `UNAVAILABLE`: the database cannot be reached (no primary, failing over), nothing known committed beyond what the request's ids make safe to retry", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
@@ -96,11 +96,11 @@ pub async fn take(
     request_body = WatchRequest,
     responses(
         (status = 200, description = "The region's notice number, once it differs from `seen` or the wait passed; with news, the directives of the SKUs concerned and their grants pending to the region", body = WatchResponse),
-        (status = 500, description = "`INTERNAL`: database failure reading the news; details logged only", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: a row that cannot be right; details logged only", body = OutcomeBody),
         (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
         (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
         (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
-        (status = 503, description = "`OVERLOADED`: too many requests in flight", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight; `UNAVAILABLE`: the database cannot be reached (no primary, failing over)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]

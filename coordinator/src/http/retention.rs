@@ -37,7 +37,7 @@ pub struct PrunedBody {
         AdminFailures,
         // After AdminFailures, so that this 503 replaces its: a prune cut
         // short keeps the batches it committed.
-        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; what was deleted stays deleted", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight, or the request ran too long; what was deleted stays deleted; `UNAVAILABLE`: the database cannot be reached (no primary, failing over)", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
     security(("bearer" = []))
 )]
