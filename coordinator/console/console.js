@@ -44,8 +44,6 @@ const state = {
   generation: 0,
   viewTimer: null,
   listTimer: null,
-  /** The latest view's read time (ms) and units sold, for the sale rate. */
-  last: null,
   /** The latest view read. */
   view: null,
   /** The change form is filled from the first view read, not on each refresh. */
@@ -245,7 +243,6 @@ function closeView() {
   clearTimeout(state.viewTimer);
   state.open = null;
   state.view = null;
-  state.last = null;
   state.formFilled = false;
   $("view-title").textContent = "No SKU open";
   $("view-empty").hidden = false;
@@ -292,14 +289,21 @@ function sums(view) {
   return total;
 }
 
+/**
+ * The SKU's sale rate: the sum of the rates its regions last reported
+ * (units held per second), or null while no region has reported one.
+ */
+function saleRate(view) {
+  const rates = Object.values(view.regions)
+    .map((region) => region.sale_rate_per_s)
+    .filter((rate) => rate !== null && rate !== undefined);
+  return rates.length === 0 ? null : rates.reduce((sum, rate) => sum + rate, 0);
+}
+
 function renderView(view) {
   const now = Date.now();
   const { available, held, sold } = sums(view);
-  let rate = null;
-  if (state.last && now > state.last.at) {
-    rate = ((sold - state.last.sold) * 1000) / (now - state.last.at);
-  }
-  state.last = { at: now, sold };
+  const rate = saleRate(view);
   state.view = view;
 
   $("view-body").hidden = false;

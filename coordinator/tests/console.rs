@@ -40,6 +40,9 @@ const REGIONS: [&str; 2] = ["eu", "us"];
 const SYNC_INTERVAL_MS: u64 = 100;
 /// The laptop screen the page must read well on.
 const WINDOW: (u32, u32) = (1366, 768);
+/// Window widths at which no panel may overlap another or spill out of
+/// itself: a laptop's and a small one's.
+const WIDTHS: [u32; 2] = [1280, 1024];
 /// Longest the page may take to show what the services know.
 const SHOWN_WITHIN: Duration = Duration::from_secs(15);
 
@@ -76,6 +79,7 @@ async fn an_admin_runs_a_sale(db: TestDb, chromium: PathBuf, driver: PathBuf) {
     token.send_keys(&Key::Enter).await.unwrap();
     shows(page, "#sku-list-empty", "No SKU yet").await;
     assert_every_control_is_labelled(page).await;
+    assert_panels_keep_apart(page, "no SKU open").await;
 
     // A region without a token at the coordinator is refused, with its reason.
     fill(page, "#create-tenant", "acme").await;
@@ -111,9 +115,14 @@ async fn an_admin_runs_a_sale(db: TestDb, chromium: PathBuf, driver: PathBuf) {
         shows(page, &format!("[data-region={region}] h4"), region).await;
     }
 
-    // A sale: buyers at both agents until nothing is left.
-    let sold = cluster.sell_out("first").await;
+    // A sale: buyers at both agents until nothing is left. While it runs
+    // the SKU's sale rate is its regions' summed.
+    let (sold, ()) = tokio::join!(
+        cluster.sell_out("first"),
+        sku_rate_is_the_regions_sum(page)
+    );
     assert_eq!(sold, TOTAL);
+    assert_panels_keep_apart(page, "a SKU open").await;
     reads(page, "#sku-sold", "20").await;
     reads(page, "#sku-total", "20").await;
     reads(page, "#sku-available", "0").await;
@@ -420,6 +429,83 @@ async fn bars_sum(page: &Client, kind: &str) -> u64 {
 }
 
 /// Every input and select has a label, and every button says what it does.
+/// Fails unless, at each of [`WIDTHS`], no two panels overlap and no
+/// panel's content is wider than the panel (where it would run under its
+/// neighbour); `when` names the page's state. Restores [`WINDOW`].
+async fn assert_panels_keep_apart(page: &Client, when: &str) {
+    for width in WIDTHS {
+        page.set_window_size(width, WINDOW.1).await.unwrap();
+        let clashes = page
+            .execute(
+                "const panels = [...document.querySelectorAll('.panel')]
+                   .filter(p => p.offsetParent !== null);
+                 const name = p => p.getAttribute('aria-labelledby') || p.id;
+                 const clashes = [];
+                 for (const p of panels) {
+                   if (p.scrollWidth > p.clientWidth + 1) {
+                     clashes.push(`${name(p)}: content ${p.scrollWidth} px wide in ${p.clientWidth} px`);
+                   }
+                 }
+                 for (let i = 0; i < panels.length; i++) {
+                   for (let j = i + 1; j < panels.length; j++) {
+                     const a = panels[i].getBoundingClientRect();
+                     const b = panels[j].getBoundingClientRect();
+                     const x = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+                     const y = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+                     if (x > 0.5 && y > 0.5) {
+                       clashes.push(`${name(panels[i])} and ${name(panels[j])} overlap by ${x.toFixed(0)} x ${y.toFixed(0)} px`);
+                     }
+                   }
+                 }
+                 return clashes;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            clashes,
+            json!([]),
+            "at {width} px wide, {when}: panels overlap or spill"
+        );
+    }
+    page.set_window_size(WINDOW.0, WINDOW.1).await.unwrap();
+}
+
+/// Waits until the live view shows a sale rate above 0, then fails unless
+/// the SKU's rate is its regions' summed (each shown to 0.01).
+async fn sku_rate_is_the_regions_sum(page: &Client) {
+    let read = "const sku = parseFloat(document.getElementById('sku-rate').textContent);
+                const regions = [...document.querySelectorAll('[data-region] .facts')]
+                  .map(f => (f.textContent.match(/sales ([0-9.]+) units\/s/) || [])[1])
+                  .filter(r => r !== undefined)
+                  .map(parseFloat);
+                return [sku, regions];";
+    let deadline = std::time::Instant::now() + SHOWN_WITHIN;
+    loop {
+        let shown = page.execute(read, vec![]).await.unwrap();
+        let sku = shown[0].as_f64();
+        let regions: Vec<f64> = shown[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(serde_json::Value::as_f64)
+            .collect();
+        let sum: f64 = regions.iter().sum();
+        if sum > 0.0 {
+            let sku = sku.unwrap_or(f64::NAN);
+            assert!(
+                (sku - sum).abs() <= 0.011 * regions.len() as f64,
+                "the SKU's sale rate {sku} is not its regions' {regions:?} summed"
+            );
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            failed(page, "no region showed a sale rate above 0 during the sale").await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn assert_every_control_is_labelled(page: &Client) {
     let unlabelled = page
         .execute(
