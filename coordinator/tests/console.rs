@@ -117,12 +117,20 @@ async fn an_admin_runs_a_sale(db: TestDb, chromium: PathBuf, driver: PathBuf) {
 
     // A sale: buyers at both agents until nothing is left. While it runs
     // the SKU's sale rate is its regions' summed.
-    let (sold, ()) = tokio::join!(
-        cluster.sell_out("first"),
-        sku_rate_is_the_regions_sum(page)
-    );
+    let (sold, ()) = tokio::join!(cluster.sell_out("first"), sku_rate_is_the_regions_sum(page));
     assert_eq!(sold, TOTAL);
-    assert_panels_keep_apart(page, "a SKU open").await;
+    // A second SKU with a long name and a large total widens the list.
+    let (status, body) = cluster
+        .admin
+        .put_sku(
+            "acme",
+            "limited-edition-sneaker-2026",
+            json!({"total": 1_000_000, "regions": {"eu": 1, "us": 1}}),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    shows(page, "#sku-rows", "limited-edition-sneaker-2026").await;
+    assert_panels_keep_apart(page, "a SKU open, two in the list").await;
     reads(page, "#sku-sold", "20").await;
     reads(page, "#sku-total", "20").await;
     reads(page, "#sku-available", "0").await;
@@ -474,7 +482,7 @@ async fn assert_panels_keep_apart(page: &Client, when: &str) {
 /// Waits until the live view shows a sale rate above 0, then fails unless
 /// the SKU's rate is its regions' summed (each shown to 0.01).
 async fn sku_rate_is_the_regions_sum(page: &Client) {
-    let read = "const sku = parseFloat(document.getElementById('sku-rate').textContent);
+    let read = r"const sku = parseFloat(document.getElementById('sku-rate').textContent);
                 const regions = [...document.querySelectorAll('[data-region] .facts')]
                   .map(f => (f.textContent.match(/sales ([0-9.]+) units\/s/) || [])[1])
                   .filter(r => r !== undefined)
