@@ -91,6 +91,28 @@ fn sample(into: &mut HashMap<u32, (String, u64)>) {
     }
 }
 
+/// CPU seconds used so far by the processes named `comm` that run now,
+/// summed (a process that has exited no longer counts: take the
+/// difference of two readings over a window in which they live).
+pub fn cpu_seconds_of(comm: &str) -> f64 {
+    let mut processes = HashMap::new();
+    sample(&mut processes);
+    let ticks: u64 = processes
+        .values()
+        .filter(|(name, _)| name == comm)
+        .map(|(_, ticks)| ticks)
+        .sum();
+    ticks as f64 / TICKS_PER_SECOND
+}
+
+/// CPU seconds this process has used so far.
+pub fn own_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| process_ticks(&stat))
+        .map_or(0.0, |(_, ticks)| ticks as f64 / TICKS_PER_SECOND)
+}
+
 /// A running watcher; [`Watch::stop`] ends it and reports.
 pub struct Watch {
     stop: Arc<AtomicBool>,

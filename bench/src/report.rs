@@ -10,7 +10,7 @@ use crate::database::ServerFacts;
 use crate::interference::FOREIGN_SHARE_MAX;
 use crate::load::LoadReport;
 use crate::scenario::{
-    Comparison, Settings, SweepPoint, REJECTIONS, SALES, SETTLES, SOLD_OUT_STOCK,
+    Comparison, Settings, SweepPoint, LIMIT_BATCH, REJECTIONS, SALES, SETTLES, SOLD_OUT_STOCK,
 };
 
 /// The targets.
@@ -389,8 +389,65 @@ pub fn comparison(c: &Comparison) -> String {
     }
 
     out.push('\n');
+    out.push_str(&limit(c));
+    out.push('\n');
     for line in correctness(c) {
         let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The limit of a durable hold on this machine: the HTTP ceiling, the
+/// database at the agent's commit without HTTP, the two composed, and
+/// each phase that holds as a share of it.
+fn limit(c: &Comparison) -> String {
+    let mut out = String::new();
+    let ceiling = c.ceiling.rate(&SALES);
+    let database = c.limit.rate();
+    let composed = 1.0 / (1.0 / ceiling.max(1e-9) + 1.0 / database.max(1e-9));
+    let answered = c.ceiling.total[Outcome::Held] as f64;
+    let (database_us, client_us) = c.limit.cpu_us_per_row();
+    out.push_str("| limit | rate | CPU per operation |\n|---|---:|---|\n");
+    let _ = writeln!(
+        out,
+        "| HTTP ceiling: parse, answer 201, no storage | {} 201/s | {:.1} µs in the server |",
+        thousands(ceiling),
+        1e6 * c.ceiling_cpu_s / answered.max(1.0),
+    );
+    let _ = writeln!(
+        out,
+        "| database at the agent's commit: 1 SKU, {LIMIT_BATCH} holds a commit, back to back, no HTTP | {} holds/s ({:.2} ms a commit) | {database_us:.1} µs in PostgreSQL, {client_us:.1} µs in the client |",
+        thousands(database),
+        c.limit.commit_ms(),
+    );
+    let _ = writeln!(
+        out,
+        "| composed limit of a durable hold, 1 / (1/ceiling + 1/database) | {} holds/s | |",
+        thousands(composed),
+    );
+    out.push_str("\n| phase | holds/s | share of the composed limit |\n|---|---:|---:|\n");
+    let mut phases = vec![
+        ("agent: hot SKU", &c.agent_hot),
+        ("agent: 100 SKUs", &c.agent_multi),
+        ("agent: mix, reserves", &c.agent_mix),
+        ("agent: whole drop, reserves", &c.agent_drop),
+        (
+            "agent through a coordinator, central mode",
+            &c.coordinated_central,
+        ),
+        ("agent on SQLite: hot SKU", &c.sqlite_hot),
+    ];
+    if let Ok(standby) = &c.standby {
+        phases.push(("agent, synchronous standby: hot SKU", &standby.hot));
+    }
+    for (name, report) in phases {
+        let rate = report.rate(&SALES);
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {:.0}% |",
+            thousands(rate),
+            100.0 * rate / composed.max(1e-9)
+        );
     }
     out
 }

@@ -9,9 +9,11 @@ use harness::client::{self, Bearer};
 use harness::{ADMIN_TOKEN, TENANT};
 use hyper::{Method, StatusCode};
 
+use crate::interference::cpu_seconds_of;
 use crate::load::{LoadReport, Workload};
 
 use super::coordinated::coordinated;
+use super::limit::{database_limit, DatabaseLimit};
 use super::servers::{start_agent, start_ceiling, start_naive};
 use super::standby::{standby_phases, StandbyPhases};
 use super::{
@@ -24,6 +26,10 @@ use super::{
 pub struct Comparison {
     /// The HTTP ceiling's 201s.
     pub ceiling: LoadReport,
+    /// CPU seconds the ceiling's server used over its run (warm-up included).
+    pub ceiling_cpu_s: f64,
+    /// The database's rate at the agent's group commit, without HTTP.
+    pub limit: DatabaseLimit,
     /// The naive server's holds on one hot SKU.
     pub naive: LoadReport,
     /// The agent's holds on one hot SKU.
@@ -117,6 +123,7 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
     eprintln!("bench: HTTP ceiling ...");
     let ceiling = start_ceiling(settings).await?;
     put_sku(ceiling.addr(), "hot", HOT_STOCK).await?;
+    let ceiling_cpu_before = cpu_seconds_of("bench-server");
     let ceiling_report = watched_load(spec(
         settings,
         ceiling.addr(),
@@ -126,7 +133,11 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         "c",
     ))
     .await?;
+    let ceiling_cpu_s = cpu_seconds_of("bench-server") - ceiling_cpu_before;
     ceiling.stop().await?;
+
+    eprintln!("bench: the database at the agent's commit, without HTTP ...");
+    let limit = database_limit(settings).await?;
 
     eprintln!("bench: naive baseline ...");
     let naive = start_naive(settings, "cmp").await?;
@@ -182,6 +193,8 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
 
     Ok(Comparison {
         ceiling: ceiling_report,
+        ceiling_cpu_s,
+        limit,
         naive: naive_report,
         agent_hot: pg.hot,
         agent_sold_out: pg.sold_out,

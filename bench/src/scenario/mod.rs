@@ -1,6 +1,7 @@
 //! The runs the `bench` command performs, each against fresh servers.
 //!
-//! [`compare`] is the side-by-side table: the HTTP ceiling, the naive
+//! [`compare`] is the side-by-side table: the HTTP ceiling, the
+//! database's own rate at the agent's commit (`limit.rs`), the naive
 //! baseline and the agent (hot SKU, sold-out path, 100 SKUs, confirm and
 //! release mix), each a separate process on loopback, the two storing
 //! servers on their own scratch databases of the same PostgreSQL; then the
@@ -21,6 +22,7 @@
 
 mod comparison;
 mod coordinated;
+mod limit;
 mod servers;
 mod standby;
 mod sweeps;
@@ -41,6 +43,7 @@ use crate::load::{self, LoadReport, LoadSpec, Workload};
 use crate::metrics::CommitCounters;
 
 pub use comparison::{compare, hot_only, Comparison};
+pub use limit::{DatabaseLimit, LIMIT_BATCH};
 pub use standby::StandbyPhases;
 pub use sweeps::{sweep_batch, sweep_clients, SweepPoint, SWEEP_CLIENTS, SWEEP_MAX_IN_FLIGHT};
 
