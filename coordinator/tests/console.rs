@@ -426,14 +426,21 @@ async fn click(page: &Client, css: &str) {
     find(page, css).await.click().await.unwrap();
 }
 
-/// The values of every region's `kind` bar (available, held or sold), added up.
+/// The values of every region's `kind` bar (available, held or sold),
+/// added up in the page in one step: the view redraws its regions on
+/// every refresh, so elements found one call earlier may be gone.
 async fn bars_sum(page: &Client, kind: &str) -> u64 {
     let css = format!("[data-region] .{kind} .bar-value");
-    let mut sum = 0;
-    for value in page.find_all(Locator::Css(&css)).await.unwrap() {
-        sum += value.text().await.unwrap().parse::<u64>().unwrap();
-    }
-    sum
+    let sum = page
+        .execute(
+            "return [...document.querySelectorAll(arguments[0])]
+               .reduce((sum, bar) => sum + Number(bar.textContent), 0);",
+            vec![json!(css)],
+        )
+        .await
+        .unwrap();
+    sum.as_u64()
+        .unwrap_or_else(|| panic!("the {kind} bars' sum: {sum}"))
 }
 
 /// Every input and select has a label, and every button says what it does.
