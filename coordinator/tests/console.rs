@@ -443,7 +443,6 @@ async fn bars_sum(page: &Client, kind: &str) -> u64 {
         .unwrap_or_else(|| panic!("the {kind} bars' sum: {sum}"))
 }
 
-/// Every input and select has a label, and every button says what it does.
 /// Fails unless, at each of [`WIDTHS`], no two panels overlap and no
 /// panel's content is wider than the panel (where it would run under its
 /// neighbour); `when` names the page's state. Restores [`WINDOW`].
@@ -521,6 +520,7 @@ async fn sku_rate_is_the_regions_sum(page: &Client) {
     }
 }
 
+/// Every input and select has a label, and every button says what it does.
 async fn assert_every_control_is_labelled(page: &Client) {
     let unlabelled = page
         .execute(

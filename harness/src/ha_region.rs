@@ -120,10 +120,23 @@ impl Formation {
 
     /// Whether node `n` (1..=3) answers, out of recovery and with
     /// sessions that are not read-only.
-    pub async fn takes_writes(&self, n: usize) -> bool {
+    async fn takes_writes(&self, n: usize) -> bool {
         let writes = "SELECT NOT pg_is_in_recovery() \
                       AND NOT current_setting('transaction_read_only')::bool";
         self.ask(n, writes).await == Some(true)
+    }
+
+    /// Waits until a node other than `old` is the primary (asked every
+    /// 100 ms); fails once `within` has passed.
+    pub async fn promotion(&self, old: usize, within: Duration) -> anyhow::Result<()> {
+        let asked = async {
+            while self.primary().await.is_none_or(|p| p == old) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(within, asked).await.map_err(|_| {
+            anyhow::anyhow!("no node but node{old} became the primary within {within:?}")
+        })
     }
 
     /// Whether node `n` (1..=3) is a standby now; `None` if it does not

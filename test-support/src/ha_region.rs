@@ -103,12 +103,10 @@ impl HaRegion {
             MachineFault::Freezes => self.freeze_node(old),
             MachineFault::DiskFails => self.fail_disk(old),
         }
-        crate::eventually(
-            "a standby is promoted",
-            Duration::from_secs(90),
-            async || self.primary().await.is_some_and(|p| p != old),
-        )
-        .await;
+        self.0
+            .promotion(old, Duration::from_secs(90))
+            .await
+            .unwrap_or_else(|why| panic!("{why:#}"));
         (old, at.elapsed())
     }
 

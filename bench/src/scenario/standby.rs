@@ -100,14 +100,12 @@ async fn fail_over(
     formation.signal_node(old, "-KILL")?;
     let killed = Instant::now();
     let promoted = async {
-        while formation.primary().await.is_none_or(|p| p == old) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        killed.elapsed()
+        formation.promotion(old, FAILOVER_LIMIT).await?;
+        anyhow::Ok(killed.elapsed())
     };
     let (promoted, first_hold) = tokio::join!(promoted, first_hold_after(addr, killed));
     background.abort();
-    Ok((promoted, first_hold?))
+    Ok((promoted?, first_hold?))
 }
 
 /// Sends one hot-SKU reserve after another, each with a fresh key, until
