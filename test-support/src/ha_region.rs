@@ -46,8 +46,12 @@ impl HaRegion {
             return None;
         }
         // pg_auto_failover's formation now and then fails to come up on a
-        // loaded machine (a node never reported as secondary); one more
-        // try on fresh ports and a fresh directory.
+        // loaded machine (a node never reported as secondary), more often
+        // when two come up at once: the tests of one binary start theirs
+        // one after the other, and a failed start is tried once more on
+        // fresh ports and a fresh directory.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let formation = Formation::start(true).or_else(|why| {
             eprintln!("scripts/ha-region failed ({why:#}); trying once more");
             Formation::start(true)
