@@ -441,11 +441,12 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     let freeze = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         cluster.coordinator().signal("-STOP").await.unwrap();
+        let stopped = history.now();
         tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.coordinator().signal("-CONT").await.unwrap();
+        stopped..history.now()
     };
-    tokio::join!(cluster.sell(&history), freeze);
-    let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
+    let ((), frozen) = tokio::join!(cluster.sell(&history), freeze);
     let paused = answered(
         &history,
         "eu",
@@ -459,7 +460,7 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     cluster
         .check(
             &history,
-            "coordinator SIGSTOP from 0.3 s to 3.3 s",
+            &format!("coordinator SIGSTOP from {:.2?} to {:.2?}", frozen.start, frozen.end),
             frozen,
             Vec::new(),
         )
@@ -510,20 +511,21 @@ async fn an_agent_whose_database_connections_are_cut_recovers(pool: PgPool) {
 async fn a_frozen_agent_delays_only_its_own_buyers(db: TestDb) {
     let cluster = Cluster::start(&db).await;
     let history = Arc::new(History::new());
-    let frozen = Duration::from_millis(300)..Duration::from_millis(3_300);
     let freeze = async {
-        tokio::time::sleep(frozen.start).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         cluster.agent("eu").signal("-STOP").await.unwrap();
-        tokio::time::sleep(frozen.end - frozen.start).await;
+        let stopped = history.now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.agent("eu").signal("-CONT").await.unwrap();
+        stopped..history.now()
     };
-    tokio::join!(cluster.sell(&history), freeze);
+    let ((), frozen) = tokio::join!(cluster.sell(&history), freeze);
     let us = answered(&history, "us", StatusCode::CREATED, frozen.clone());
     assert!(us > 0, "us sold while eu was frozen");
     cluster
         .check(
             &history,
-            "eu's agent SIGSTOP from 0.3 s to 3.3 s",
+            &format!("eu's agent SIGSTOP from {:.2?} to {:.2?}", frozen.start, frozen.end),
             frozen.clone(),
             vec![("eu".to_owned(), frozen)],
         )

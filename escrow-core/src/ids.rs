@@ -149,6 +149,32 @@ ident!(
     RequestKey,
     "request_key"
 );
+/// What separates a cart's key from an item's SKU in the item's key. It is
+/// no identifier character, so no buyer's key is ever an item's.
+const CART_ITEM_SEPARATOR: char = '/';
+
+impl RequestKey {
+    /// The key of `sku`'s item in the cart `cart`: `{cart}/{sku}`, the key
+    /// its reservation row is stored under.
+    pub fn cart_item(cart: &RequestKey, sku: &Sku) -> Self {
+        Self(format!("{cart}{CART_ITEM_SEPARATOR}{sku}"))
+    }
+
+    /// The key of the cart this key is an item of, if it is one.
+    pub fn cart(&self) -> Option<&str> {
+        self.0.split_once(CART_ITEM_SEPARATOR).map(|(cart, _)| cart)
+    }
+
+    /// Parses a stored key: a buyer's, or a cart item's
+    /// ([`Self::cart_item`]).
+    pub fn parse_stored(raw: &str) -> Result<Self, IdError> {
+        match raw.split_once(CART_ITEM_SEPARATOR) {
+            Some((cart, sku)) => Ok(Self::cart_item(&Self::parse(cart)?, &Sku::parse(sku)?)),
+            None => Self::parse(raw),
+        }
+    }
+}
+
 ident!(
     /// A transfer's id, chosen by its sender: the receiver applies each id once.
     TransferId,

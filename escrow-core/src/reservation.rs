@@ -149,7 +149,20 @@ impl Verdict {
     }
 }
 
-impl Reservation {
+/// Where a hold stands in its lifecycle, all the rules of HELD -> SOLD |
+/// RELEASED | EXPIRED need: a reservation's, and a cart's (whose items
+/// share one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Current lifecycle state.
+    pub status: Status,
+    /// When a HELD hold stops being confirmable, ms since the epoch.
+    pub expires_at_ms: u64,
+    /// Whether the single allowed extension was used.
+    pub extended: bool,
+}
+
+impl Lifecycle {
     /// Whether a HELD reservation's time is up at `now_ms`.
     pub fn is_due(&self, now_ms: u64) -> bool {
         self.status == Status::Held && now_ms >= self.expires_at_ms
@@ -211,6 +224,51 @@ impl Reservation {
             self.expires_at_ms = expires_at_ms;
             self.extended = true;
         }
+    }
+}
+
+impl Reservation {
+    /// Its place in the lifecycle.
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            status: self.status,
+            expires_at_ms: self.expires_at_ms,
+            extended: self.extended,
+        }
+    }
+
+    /// Whether a HELD reservation's time is up at `now_ms`.
+    pub fn is_due(&self, now_ms: u64) -> bool {
+        self.lifecycle().is_due(now_ms)
+    }
+
+    /// See [`Lifecycle::expire`].
+    pub fn expire(&self, now_ms: u64) -> Verdict {
+        self.lifecycle().expire(now_ms)
+    }
+
+    /// See [`Lifecycle::confirm`].
+    pub fn confirm(&self, now_ms: u64) -> Verdict {
+        self.lifecycle().confirm(now_ms)
+    }
+
+    /// See [`Lifecycle::release`].
+    pub fn release(&self, now_ms: u64) -> Verdict {
+        self.lifecycle().release(now_ms)
+    }
+
+    /// See [`Lifecycle::extend`].
+    pub fn extend(&self, now_ms: u64, ttl: TtlMs) -> Verdict {
+        self.lifecycle().extend(now_ms, ttl)
+    }
+
+    /// Records a transition decided by one of the methods above.
+    pub fn apply(&mut self, change: Transition) {
+        let mut lifecycle = self.lifecycle();
+        lifecycle.apply(change);
+        self.status = lifecycle.status;
+        self.expires_at_ms = lifecycle.expires_at_ms;
+        self.extended = lifecycle.extended;
     }
 }
 

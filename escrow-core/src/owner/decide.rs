@@ -161,13 +161,18 @@ impl SkuOwner {
                 unreachable!("a plan names each request once");
             };
             let ttl = p.request.ttl.unwrap_or(self.settings.hold_ttl);
-            work.batch.holds.push(NewHold {
+            let hold = NewHold {
                 request_key: p.request.request_key.clone(),
                 user_id: p.request.user_id.clone(),
                 qty: p.request.qty,
                 expires_at_ms: now_ms + ttl.get(),
-            });
-            work.holding.push(p);
+            };
+            if p.aside {
+                work.setting_aside.push((p, hold));
+            } else {
+                work.batch.holds.push(hold);
+                work.holding.push(p);
+            }
         }
         work.overflow = work
             .plan

@@ -8,14 +8,14 @@ use std::collections::HashMap;
 
 use super::work::{quantities, PendingAct, PendingReserve, Phase, TakeEnd, Work};
 use super::{
-    ActReply, AdminReply, Command, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
+    ActReply, AdminReply, CartEnd, Command, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
     SETTLE_MS, SWEEP_INTERVAL_MS, TAKE_RETRY_MS,
 };
 use crate::admission::plan_reserves;
 use crate::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
 use crate::ids::{RequestKey, SkuSettings};
 use crate::protocol::{merge_transfers, SkuDirective, TakeResponse, TransferMsg};
-use crate::reservation::Reservation;
+use crate::reservation::{Reservation, Transition};
 
 impl SkuOwner {
     /// A directive (and the grants not yet acknowledged) from a sync; may
@@ -80,8 +80,24 @@ impl SkuOwner {
                         deadline,
                         known,
                         in_failed_commit: false,
+                        aside: false,
                     }
                 }),
+                Command::SetAside {
+                    ticket,
+                    request,
+                    deadline,
+                } => {
+                    asked += request.qty.units();
+                    reserves.push(PendingReserve {
+                        ticket,
+                        request,
+                        deadline,
+                        known: false,
+                        in_failed_commit: false,
+                        aside: true,
+                    });
+                }
                 Command::Act {
                     ticket,
                     key,
@@ -126,6 +142,47 @@ impl SkuOwner {
     /// A newer process holds the region: this owner never writes again.
     pub fn handle_fenced(&mut self) {
         self.fenced = true;
+    }
+
+    /// How the commit of a cart with an item here ended for the item
+    /// `key`, or the cart's later transition; at any time. Memory follows
+    /// the database: units set aside become the cart's hold or free
+    /// again; a transition moves the item's units as a batch's would. An
+    /// end memory cannot place (a reload came between) reloads the SKU
+    /// before the next decision instead of guessing.
+    pub fn handle_cart_end(&mut self, key: &RequestKey, end: CartEnd) {
+        let aside = self.aside.remove(key);
+        match end {
+            CartEnd::Held => match aside {
+                Some(hold) => {
+                    self.holds.insert(key.clone(), hold.reservation(&self.sku));
+                }
+                None if self.holds.contains_key(key) => {}
+                None => self.needs_reload = true,
+            },
+            CartEnd::Dropped => {
+                if let Some(hold) = aside {
+                    let moved = self.ledger.unhold(hold.qty.units());
+                    self.check(moved);
+                    self.freed_at_ms = Some(self.decided_ms);
+                    self.next_tick_ms = 0;
+                }
+            }
+            CartEnd::Unknown => self.needs_reload = true,
+            CartEnd::Moved(change) => {
+                let Some(qty) = self.holds.get(key).map(|r| r.qty) else {
+                    // Memory was read after the move: it has it already.
+                    return;
+                };
+                let moved = change.apply_to_ledger(&mut self.ledger, qty);
+                self.check(moved);
+                self.settle(key, change);
+                if matches!(change, Transition::Release | Transition::Expire) {
+                    self.freed_at_ms = Some(self.decided_ms);
+                    self.next_tick_ms = 0;
+                }
+            }
+        }
     }
 
     /// The driver stops: requests left over from the last batch are
@@ -339,6 +396,7 @@ fn settle_until(work: &Work) -> u64 {
         .chain(&work.later)
         .chain(&work.existing)
         .chain(work.confirmed.iter().map(|(p, _)| p))
+        .chain(work.setting_aside.iter().map(|(p, _)| p))
         .map(|p| p.deadline.at_ms)
         .chain(work.acts.iter().map(|a| a.deadline.at_ms))
         .max();

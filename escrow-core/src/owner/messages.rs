@@ -9,7 +9,7 @@ use crate::admission::Deadline;
 use crate::batch::Batch;
 use crate::ids::{Qty, RequestKey, SkuSettings, TtlMs, UserId};
 use crate::protocol::TakeRequest;
-use crate::reservation::Reservation;
+use crate::reservation::{Reservation, Transition};
 use serde::{Deserialize, Serialize};
 
 /// The driver's name for one command, echoed in its reply.
@@ -197,6 +197,35 @@ pub enum Command {
         /// The change.
         change: AdminChange,
     },
+    /// A cart wants units of this SKU: decided as a reserve is (it waits
+    /// for units from elsewhere the same way), but nothing is written. The
+    /// units are set aside in memory, answered `Held` with the hold the
+    /// cart will write, until the cart's own commit ends and the driver
+    /// says how ([`super::SkuOwner::handle_cart_end`]).
+    SetAside {
+        /// Echoed in the reply.
+        ticket: Ticket,
+        /// The item: its key ([`crate::RequestKey::cart_item`]), the
+        /// cart's user, the item's units and the cart's hold duration.
+        request: ReserveRequest,
+        /// When the request stops waiting.
+        deadline: Deadline,
+    },
+}
+
+/// How a cart's commit ended for one of its items, as its driver tells
+/// the item's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CartEnd {
+    /// The cart was written: the units set aside are its item's hold.
+    Held,
+    /// Nothing was written: the units set aside are free again.
+    Dropped,
+    /// Whether the cart was written is not known: the units set aside are
+    /// let go and the SKU is read again before the next decision.
+    Unknown,
+    /// The cart's committed transition, made on this item's row too.
+    Moved(Transition),
 }
 
 /// The owner's answer to one command.

@@ -43,7 +43,7 @@ mod work;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use crate::batch::{SkuRecord, StockChange};
+use crate::batch::{NewHold, SkuRecord, StockChange};
 use crate::ids::{RequestKey, Sku, SkuSettings, Tenant, TransferId};
 use crate::ledger::Ledger;
 use crate::policy::Mode;
@@ -54,8 +54,8 @@ use work::{PendingReserve, Phase};
 
 pub use gate::{gate, GateView};
 pub use messages::{
-    ActReply, Action, AdminChange, AdminReply, Command, CommitError, Io, PauseReason, Reply,
-    ReserveReply, ReserveRequest, Ticket,
+    ActReply, Action, AdminChange, AdminReply, CartEnd, Command, CommitError, Io, PauseReason,
+    Reply, ReserveReply, ReserveRequest, Ticket,
 };
 
 /// How often an idle owner wakes to expire due holds and return units.
@@ -158,7 +158,12 @@ pub struct SkuOwner {
     /// on them without reading the database.
     holds: HashMap<RequestKey, Reservation>,
     /// The same holds by expiry: what is due expires with the next batch.
+    /// A cart's items are not here: their cart expires them all at once.
     expiry: BTreeSet<(u64, RequestKey)>,
+    /// Units set aside for carts whose commit has not ended, by item key:
+    /// counted as held in the ledger, written by nobody yet. A reload
+    /// forgets them (the database's counters are the truth then).
+    aside: HashMap<RequestKey, NewHold>,
     /// When the last batch was decided.
     decided_ms: u64,
     next_tick_ms: u64,
@@ -202,6 +207,7 @@ impl SkuOwner {
             freed_at_ms: None,
             holds: HashMap::new(),
             expiry: BTreeSet::new(),
+            aside: HashMap::new(),
             decided_ms: 0,
             next_tick_ms: now_ms + SWEEP_INTERVAL_MS,
             overflow: VecDeque::new(),

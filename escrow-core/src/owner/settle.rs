@@ -21,8 +21,10 @@ impl SkuOwner {
         self.expiry = record
             .holds
             .iter()
+            .filter(|r| r.request_key.cart().is_none())
             .map(|r| (r.expires_at_ms, r.request_key.clone()))
             .collect();
+        self.aside.clear();
         self.holds = record
             .holds
             .into_iter()
@@ -31,13 +33,13 @@ impl SkuOwner {
     }
 
     /// Keeps memory's live holds as a committed transition left them.
-    fn settle(&mut self, key: &RequestKey, change: Transition) {
+    pub(super) fn settle(&mut self, key: &RequestKey, change: Transition) {
         let Some(r) = self.holds.get_mut(key) else {
             return;
         };
         self.expiry.remove(&(r.expires_at_ms, key.clone()));
         r.apply(change);
-        if r.status == Status::Held {
+        if r.status == Status::Held && key.cart().is_none() {
             self.expiry.insert((r.expires_at_ms, key.clone()));
         } else {
             self.holds.remove(key);
@@ -70,6 +72,13 @@ impl SkuOwner {
                 self.holds
                     .insert(hold.request_key.clone(), hold.reservation(&self.sku));
             }
+        }
+        for (p, hold) in std::mem::take(&mut work.setting_aside) {
+            let moved = self.ledger.hold(hold.qty.units());
+            self.check(moved);
+            let r = hold.reservation(&self.sku);
+            self.aside.insert(hold.request_key.clone(), hold);
+            self.reply(p.ticket, Reply::Reserve(ReserveReply::Held(r)));
         }
         self.measure(now_ms);
         for ret in &work.batch.returns {
@@ -181,6 +190,7 @@ impl SkuOwner {
             std::mem::take(&mut work.later),
             std::mem::take(&mut work.existing),
             work.confirmed.drain(..).map(|(p, _)| p).collect(),
+            work.setting_aside.drain(..).map(|(p, _)| p).collect(),
         ];
         for p in reserves.into_iter().flatten() {
             self.reply(p.ticket, Reply::Reserve(ReserveReply::Paused(reason)));
@@ -221,6 +231,8 @@ impl SkuOwner {
             p.in_failed_commit = true;
             retry.fresh.push(p);
         }
+        let aside = work.setting_aside.drain(..).map(|(p, _)| p);
+        retry.fresh.extend(aside);
         let others = [
             std::mem::take(&mut work.fresh),
             std::mem::take(&mut work.overflow),
@@ -274,7 +286,7 @@ impl SkuOwner {
 
     /// Records a ledger move that must succeed after a commit; a failure
     /// means memory and database disagree, so the SKU stops selling.
-    fn check(&mut self, moved: Result<(), LedgerError>) {
+    pub(super) fn check(&mut self, moved: Result<(), LedgerError>) {
         if moved.is_err() {
             self.drifted = true;
         }

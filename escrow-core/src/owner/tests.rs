@@ -771,3 +771,68 @@ fn a_full_parked_list_answers_queue_full() {
     assert_eq!(h.owner.ledger(), h.book.ledger);
     h.check().unwrap();
 }
+
+/// Goal: a cart's item is set aside in memory without a write, so the
+/// owner sells no unit twice; dropped, its units are free again; held
+/// (the cart wrote it), it is the cart's to expire, never the sweep's.
+#[test]
+fn units_set_aside_for_a_cart_are_not_sold_twice() {
+    let mut h = Harness::new(3, 0);
+    let item = RequestKey::cart_item(
+        &RequestKey::parse("cart").unwrap(),
+        &Sku::parse("sku").unwrap(),
+    );
+    let set_aside = |h: &mut Harness| {
+        let ticket = h.ticket();
+        let command = Command::SetAside {
+            ticket,
+            request: ReserveRequest {
+                request_key: item.clone(),
+                user_id: UserId::parse("u9").unwrap(),
+                qty: Qty::parse(2, 2).unwrap(),
+                ttl: None,
+            },
+            deadline: Deadline::after(h.now_ms, 10_000),
+        };
+        h.batch(vec![command]);
+        ticket
+    };
+    let ticket = set_aside(&mut h);
+    let Some(Reply::Reserve(ReserveReply::Held(hold))) = h.answers.get(&ticket).cloned() else {
+        panic!("set aside: {:?}", h.answers.get(&ticket));
+    };
+    assert_eq!(h.book.ledger.available, 3, "nothing written");
+    assert_eq!(h.owner.ledger().available, 1);
+    let two = h.reserve(1, 1, 2);
+    h.batch(vec![two]);
+    assert_eq!(
+        h.answers[&2],
+        Reply::Reserve(ReserveReply::SoldOut),
+        "the units set aside are not sold again"
+    );
+    h.owner.handle_cart_end(&item, CartEnd::Dropped);
+    assert_eq!(h.owner.ledger(), h.book.ledger, "dropped: free again");
+
+    set_aside(&mut h);
+    let mut cart = Batch::new(Tenant::parse("t").unwrap(), Sku::parse("sku").unwrap(), h.now_ms);
+    cart.holds.push(NewHold {
+        request_key: item.clone(),
+        user_id: hold.user_id.clone(),
+        qty: hold.qty,
+        expires_at_ms: hold.expires_at_ms,
+    });
+    h.write(&cart);
+    h.owner.handle_cart_end(&item, CartEnd::Held);
+    assert_eq!(h.owner.ledger(), h.book.ledger, "held: the cart's hold");
+    h.now_ms += 10_000;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert_eq!(
+        h.book.get(&item).map(|r| r.status),
+        Some(Status::Held),
+        "the sweep leaves a cart's item to its cart"
+    );
+    h.owner
+        .handle_cart_end(&item, CartEnd::Moved(crate::reservation::Transition::Expire));
+    assert_eq!(h.owner.ledger().available, 3, "expired with its cart");
+}

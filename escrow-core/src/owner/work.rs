@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::{Action, AdminChange, ReserveRequest, Ticket};
 use crate::admission::{Deadline, ReservePlan};
-use crate::batch::Batch;
+use crate::batch::{Batch, NewHold};
 use crate::ids::{RequestKey, Sku, Tenant};
 use crate::reservation::{Refusal, Reservation};
 
@@ -22,6 +22,9 @@ pub(super) struct PendingReserve {
     /// Its hold was in a commit that failed and may have happened anyway:
     /// a row found for its key afterwards is its hold.
     pub(super) in_failed_commit: bool,
+    /// A cart's item ([`super::Command::SetAside`]): its units are set
+    /// aside once the batch is durable, and nothing of it is written.
+    pub(super) aside: bool,
 }
 
 /// An action waiting in the owner.
@@ -66,6 +69,9 @@ pub(super) struct Work {
     pub(super) batch: Batch,
     /// `fresh` split by the plan, in the order of `batch.holds`.
     pub(super) holding: Vec<PendingReserve>,
+    /// Cart items that fit, with the holds their carts will write: set
+    /// aside once the batch is durable.
+    pub(super) setting_aside: Vec<(PendingReserve, NewHold)>,
     pub(super) overflow: Vec<PendingReserve>,
     pub(super) act_results: Vec<Option<(Result<(), Refusal>, Reservation)>>,
     /// Reserves answered from their rows after the commit.
@@ -97,6 +103,7 @@ impl Work {
             take: TakeEnd::Exhausted,
             batch: Batch::new(tenant, sku, now_ms),
             holding: Vec::new(),
+            setting_aside: Vec::new(),
             overflow: Vec::new(),
             act_results: Vec::new(),
             existing: Vec::new(),

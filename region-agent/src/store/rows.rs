@@ -63,7 +63,7 @@ pub(crate) fn millis(row: &Row, name: &str) -> Result<i64, StoreError> {
 
 /// A request key as stored.
 pub(crate) fn request_key(raw: &str) -> Result<RequestKey, StoreError> {
-    RequestKey::parse(raw).map_err(|_| bad_row("request_key"))
+    RequestKey::parse_stored(raw).map_err(|_| bad_row("request_key"))
 }
 
 /// A quantity as stored.

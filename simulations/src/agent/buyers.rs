@@ -89,7 +89,8 @@ pub(super) fn command_ticket(c: &Command) -> Ticket {
     match c {
         Command::Reserve { ticket, .. }
         | Command::Act { ticket, .. }
-        | Command::Admin { ticket, .. } => *ticket,
+        | Command::Admin { ticket, .. }
+        | Command::SetAside { ticket, .. } => *ticket,
     }
 }
 

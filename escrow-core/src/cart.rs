@@ -1,0 +1,322 @@
+//! A cart: several SKUs of one tenant held together in one region under
+//! one request key and one expiry, all or nothing.
+//!
+//! Each item is decided by its SKU's owner, which sets the units aside in
+//! memory ([`crate::owner::Command::SetAside`]) without writing; once every
+//! item is set aside, the cart is written in one transaction
+//! ([`CartCommit`]): the cart's row and one HELD reservation row per item
+//! (keyed [`RequestKey::cart_item`]), with every SKU's counters. If any item
+//! cannot be held, nothing is written and the units set aside are let go.
+//!
+//! A cart has one status for all its items. Its items are never expired,
+//! confirmed or released one by one: the cart decides with the rules every
+//! hold follows ([`Lifecycle`]) and one commit moves the cart's row and all
+//! its items' rows, guarded by the cart row's status and expiry, so a
+//! confirm racing the expiry settles every item the same way, once.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::batch::{Batch, NewHold};
+use crate::ids::{Qty, RequestKey, Sku, Tenant, TtlMs, UserId};
+use crate::owner::ReserveReply;
+use crate::reservation::{Lifecycle, Status, Transition, Verdict};
+
+/// Most items one cart holds.
+pub const ITEMS_MAX: usize = 20;
+
+/// One line of a cart: a SKU and its units.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CartItem {
+    /// The SKU.
+    pub sku: Sku,
+    /// Units of it.
+    pub qty: Qty,
+}
+
+/// Why a cart's items are refused before anything is decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CartError {
+    /// No item at all.
+    #[error("a cart holds at least one item")]
+    Empty,
+    /// More than [`ITEMS_MAX`] items.
+    #[error("a cart holds at most {ITEMS_MAX} items")]
+    TooMany,
+    /// The same SKU twice.
+    #[error("SKU {0} is in the cart twice")]
+    Duplicate(Sku),
+}
+
+/// The items of a cart as it is held: checked, and in SKU order (the order
+/// its rows are written and shown in, so two carts never lock two SKUs'
+/// counter rows in opposite orders).
+pub fn checked_items(mut items: Vec<CartItem>) -> Result<Vec<CartItem>, CartError> {
+    if items.is_empty() {
+        return Err(CartError::Empty);
+    }
+    if items.len() > ITEMS_MAX {
+        return Err(CartError::TooMany);
+    }
+    items.sort();
+    let mut seen = BTreeSet::new();
+    for item in &items {
+        if !seen.insert(&item.sku) {
+            return Err(CartError::Duplicate(item.sku.clone()));
+        }
+    }
+    Ok(items)
+}
+
+/// A cart as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cart {
+    /// The buyer's key for the whole cart.
+    pub request_key: RequestKey,
+    /// The buyer.
+    pub user_id: UserId,
+    /// Where the cart, and so each of its items, stands.
+    pub lifecycle: Lifecycle,
+    /// Its items, in SKU order ([`checked_items`]).
+    pub items: Vec<CartItem>,
+}
+
+impl Cart {
+    /// A new cart of checked `items`, held until `expires_at_ms`.
+    pub fn held(
+        request_key: RequestKey,
+        user_id: UserId,
+        items: Vec<CartItem>,
+        expires_at_ms: u64,
+    ) -> Self {
+        Self {
+            request_key,
+            user_id,
+            lifecycle: Lifecycle {
+                status: Status::Held,
+                expires_at_ms,
+                extended: false,
+            },
+            items,
+        }
+    }
+
+    /// The key `sku`'s item is stored under.
+    pub fn item_key(&self, sku: &Sku) -> RequestKey {
+        RequestKey::cart_item(&self.request_key, sku)
+    }
+
+    /// Whether a request for `user_id` and checked `items` is this cart's
+    /// own (a replay) rather than another use of its key.
+    pub fn is_same_request(&self, user_id: &UserId, items: &[CartItem]) -> bool {
+        self.user_id == *user_id && self.items == items
+    }
+
+    /// One batch per item (in item order) inserting the item's hold, as
+    /// the cart's first commit writes them.
+    pub fn holds(&self, tenant: &Tenant, now_ms: u64) -> Vec<Batch> {
+        self.items
+            .iter()
+            .map(|item| {
+                let mut batch = Batch::new(tenant.clone(), item.sku.clone(), now_ms);
+                batch.holds.push(NewHold {
+                    request_key: self.item_key(&item.sku),
+                    user_id: self.user_id.clone(),
+                    qty: item.qty,
+                    expires_at_ms: self.lifecycle.expires_at_ms,
+                });
+                batch
+            })
+            .collect()
+    }
+
+    /// One batch per item (in item order) making `change` on the item's
+    /// row, as a committed transition of the cart moves them all.
+    pub fn moves(&self, tenant: &Tenant, now_ms: u64, change: Transition) -> Vec<Batch> {
+        self.items
+            .iter()
+            .map(|item| {
+                let mut batch = Batch::new(tenant.clone(), item.sku.clone(), now_ms);
+                batch
+                    .transitions
+                    .push((self.item_key(&item.sku), item.qty, change));
+                batch
+            })
+            .collect()
+    }
+
+    /// What a buyer's action (or the expiry, with `None`) does to the cart
+    /// at `now_ms`: the same rules as for one reservation.
+    pub fn decide(&self, action: Option<CartAction>, now_ms: u64, default_ttl: TtlMs) -> Verdict {
+        match action {
+            None => self.lifecycle.expire(now_ms),
+            Some(CartAction::Confirm) => self.lifecycle.confirm(now_ms),
+            Some(CartAction::Release) => self.lifecycle.release(now_ms),
+            Some(CartAction::Extend(ttl)) => {
+                self.lifecycle.extend(now_ms, ttl.unwrap_or(default_ttl))
+            }
+        }
+    }
+}
+
+/// A buyer's action on a whole cart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CartAction {
+    /// HELD -> SOLD, every item.
+    Confirm,
+    /// HELD -> RELEASED, every item.
+    Release,
+    /// A later expiry for every item, once.
+    Extend(Option<TtlMs>),
+}
+
+/// What a cart commit does to the cart's own row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CartStep {
+    /// Insert it, HELD, unless its key is taken.
+    Create,
+    /// Make this transition, if the row is still HELD and (un)expired as
+    /// the transition requires.
+    Move(Transition),
+}
+
+/// Everything one cart commit writes, in one transaction: the cart's row
+/// and its items' batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CartCommit {
+    /// The cart's tenant.
+    pub tenant: Tenant,
+    /// The cart as it is after the commit.
+    pub cart: Cart,
+    /// What happens to its row.
+    pub step: CartStep,
+    /// The items' rows and counters, one batch per item in item order.
+    pub items: Vec<Batch>,
+    /// The decision's time, ms since the epoch.
+    pub now_ms: u64,
+}
+
+impl CartCommit {
+    /// The first commit of a new cart.
+    pub fn create(tenant: &Tenant, cart: Cart, now_ms: u64) -> Self {
+        Self {
+            tenant: tenant.clone(),
+            items: cart.holds(tenant, now_ms),
+            cart,
+            step: CartStep::Create,
+            now_ms,
+        }
+    }
+
+    /// A transition of a held cart; `cart` is as it was before it.
+    pub fn transition(tenant: &Tenant, mut cart: Cart, change: Transition, now_ms: u64) -> Self {
+        let items = cart.moves(tenant, now_ms, change);
+        cart.lifecycle.apply(change);
+        Self {
+            tenant: tenant.clone(),
+            cart,
+            step: CartStep::Move(change),
+            items,
+            now_ms,
+        }
+    }
+}
+
+/// How a cart commit ended, when the database answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CartWritten {
+    /// Everything was written.
+    Written,
+    /// Nothing was written: the cart's row was not as the step needs it
+    /// (its key taken, or it moved meanwhile), or the item at this index
+    /// could not be inserted (its user's one active reservation of that
+    /// SKU exists already).
+    Refused {
+        /// The item whose hold was refused, if it was an item.
+        item: Option<usize>,
+    },
+}
+
+/// The cart's answer from its items' answers to being set aside, in item
+/// order: `None` when every item was set aside, else the first item that
+/// was not and what it was told. A pause or a full queue outranks a sold
+/// out item: the buyer retries, and sold out is only said when true now.
+pub fn first_refusal(replies: &[ReserveReply]) -> Option<(usize, ReserveReply)> {
+    let refused = |reply: &ReserveReply| !matches!(reply, ReserveReply::Held(_));
+    let transient = |reply: &ReserveReply| {
+        matches!(
+            reply,
+            ReserveReply::Paused(_) | ReserveReply::QueueFull | ReserveReply::WaitTimeout
+        )
+    };
+    replies
+        .iter()
+        .position(transient)
+        .or_else(|| replies.iter().position(refused))
+        .map(|index| (index, replies[index].clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::owner::PauseReason;
+
+    fn item(sku: &str, qty: u32) -> CartItem {
+        CartItem {
+            sku: Sku::parse(sku).unwrap(),
+            qty: Qty::from_stored(qty),
+        }
+    }
+
+    /// Goal: a cart holds 1 to 20 distinct SKUs, kept in SKU order.
+    #[test]
+    fn items_are_checked_and_sorted() {
+        assert_eq!(checked_items(vec![]), Err(CartError::Empty));
+        let many: Vec<CartItem> = (0..=ITEMS_MAX).map(|i| item(&format!("s{i}"), 1)).collect();
+        assert_eq!(checked_items(many), Err(CartError::TooMany));
+        assert_eq!(
+            checked_items(vec![item("b", 1), item("a", 2), item("b", 3)]),
+            Err(CartError::Duplicate(Sku::parse("b").unwrap()))
+        );
+        assert_eq!(
+            checked_items(vec![item("b", 1), item("a", 2)]).unwrap(),
+            vec![item("a", 2), item("b", 1)]
+        );
+    }
+
+    /// Goal: a cart's items are stored under keys no buyer can send, and
+    /// one commit moves every item the same way.
+    #[test]
+    fn a_transition_moves_every_item() {
+        let key = RequestKey::parse("c-1").unwrap();
+        let items = checked_items(vec![item("b", 1), item("a", 2)]).unwrap();
+        let cart = Cart::held(key, UserId::parse("u").unwrap(), items, 1_000);
+        assert_eq!(cart.item_key(&Sku::parse("a").unwrap()).as_str(), "c-1/a");
+        assert!(RequestKey::parse("c-1/a").is_err());
+        let tenant = Tenant::parse("t").unwrap();
+        assert_eq!(cart.decide(Some(CartAction::Confirm), 999, TtlMs::parse(5_000).unwrap()).change, Some(Transition::Confirm));
+        let commit = CartCommit::transition(&tenant, cart, Transition::Confirm, 999);
+        assert_eq!(commit.cart.lifecycle.status, Status::Sold);
+        assert_eq!(commit.items.len(), 2);
+        assert!(commit
+            .items
+            .iter()
+            .all(|b| b.transitions.len() == 1 && b.transitions[0].2 == Transition::Confirm));
+    }
+
+    /// Goal: a transient refusal of any item is what the cart is told,
+    /// before a sold out item (which may sell again once the pause ends).
+    #[test]
+    fn a_pause_outranks_sold_out() {
+        let replies = [
+            ReserveReply::SoldOut,
+            ReserveReply::Paused(PauseReason::Storage),
+        ];
+        assert_eq!(
+            first_refusal(&replies),
+            Some((1, ReserveReply::Paused(PauseReason::Storage)))
+        );
+        assert_eq!(first_refusal(&[ReserveReply::SoldOut]), Some((0, ReserveReply::SoldOut)));
+    }
+}
