@@ -460,7 +460,10 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     cluster
         .check(
             &history,
-            &format!("coordinator SIGSTOP from {:.2?} to {:.2?}", frozen.start, frozen.end),
+            &format!(
+                "coordinator SIGSTOP from {:.2?} to {:.2?}",
+                frozen.start, frozen.end
+            ),
             frozen,
             Vec::new(),
         )
@@ -525,7 +528,10 @@ async fn a_frozen_agent_delays_only_its_own_buyers(db: TestDb) {
     cluster
         .check(
             &history,
-            &format!("eu's agent SIGSTOP from {:.2?} to {:.2?}", frozen.start, frozen.end),
+            &format!(
+                "eu's agent SIGSTOP from {:.2?} to {:.2?}",
+                frozen.start, frozen.end
+            ),
             frozen.clone(),
             vec![("eu".to_owned(), frozen)],
         )

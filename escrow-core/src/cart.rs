@@ -238,23 +238,23 @@ pub enum CartWritten {
     },
 }
 
-/// The cart's answer from its items' answers to being set aside, in item
-/// order: `None` when every item was set aside, else the first item that
-/// was not and what it was told. A pause or a full queue outranks a sold
-/// out item: the buyer retries, and sold out is only said when true now.
-pub fn first_refusal(replies: &[ReserveReply]) -> Option<(usize, ReserveReply)> {
-    let refused = |reply: &ReserveReply| !matches!(reply, ReserveReply::Held(_));
-    let transient = |reply: &ReserveReply| {
+/// The cart's answer from its items' answers (in item order, `None` for
+/// an item that could be held): `None` when every item could, else the
+/// first item that could not and what it was told. A pause or a full
+/// queue outranks a sold out item: the buyer retries, and sold out is only
+/// said when it is true of the cart whatever the pause hides.
+pub fn first_refusal(replies: &[Option<ReserveReply>]) -> Option<(usize, ReserveReply)> {
+    let transient = |reply: &Option<ReserveReply>| {
         matches!(
             reply,
-            ReserveReply::Paused(_) | ReserveReply::QueueFull | ReserveReply::WaitTimeout
+            Some(ReserveReply::Paused(_) | ReserveReply::QueueFull | ReserveReply::WaitTimeout)
         )
     };
-    replies
+    let index = replies
         .iter()
         .position(transient)
-        .or_else(|| replies.iter().position(refused))
-        .map(|index| (index, replies[index].clone()))
+        .or_else(|| replies.iter().position(Option::is_some))?;
+    replies[index].clone().map(|reply| (index, reply))
 }
 
 #[cfg(test)]
@@ -295,7 +295,11 @@ mod tests {
         assert_eq!(cart.item_key(&Sku::parse("a").unwrap()).as_str(), "c-1/a");
         assert!(RequestKey::parse("c-1/a").is_err());
         let tenant = Tenant::parse("t").unwrap();
-        assert_eq!(cart.decide(Some(CartAction::Confirm), 999, TtlMs::parse(5_000).unwrap()).change, Some(Transition::Confirm));
+        assert_eq!(
+            cart.decide(Some(CartAction::Confirm), 999, TtlMs::parse(5_000).unwrap())
+                .change,
+            Some(Transition::Confirm)
+        );
         let commit = CartCommit::transition(&tenant, cart, Transition::Confirm, 999);
         assert_eq!(commit.cart.lifecycle.status, Status::Sold);
         assert_eq!(commit.items.len(), 2);
@@ -310,13 +314,18 @@ mod tests {
     #[test]
     fn a_pause_outranks_sold_out() {
         let replies = [
-            ReserveReply::SoldOut,
-            ReserveReply::Paused(PauseReason::Storage),
+            None,
+            Some(ReserveReply::SoldOut),
+            Some(ReserveReply::Paused(PauseReason::Storage)),
         ];
         assert_eq!(
             first_refusal(&replies),
-            Some((1, ReserveReply::Paused(PauseReason::Storage)))
+            Some((2, ReserveReply::Paused(PauseReason::Storage)))
         );
-        assert_eq!(first_refusal(&[ReserveReply::SoldOut]), Some((0, ReserveReply::SoldOut)));
+        assert_eq!(
+            first_refusal(&[None, Some(ReserveReply::SoldOut)]),
+            Some((1, ReserveReply::SoldOut))
+        );
+        assert_eq!(first_refusal(&[None, None]), None);
     }
 }

@@ -13,6 +13,7 @@
 //! - [`state`]: what every handler and loop shares ([`AppState`]).
 
 pub mod auth;
+pub mod carts;
 pub mod clock;
 pub mod committer;
 pub mod config;
@@ -29,7 +30,7 @@ pub mod sync;
 use std::io;
 use std::sync::Arc;
 
-use escrow_core::RegionName;
+use escrow_core::{RegionName, RequestKey};
 use service_kit::Shutdown;
 use tokio::net::TcpListener;
 
@@ -132,6 +133,10 @@ pub async fn start(
         let (tenant, sku, now_ms) = (&record.tenant, &record.sku, clock.now_ms());
         store
             .for_each_key(tenant, sku, &mut |key, created_ms| {
+                // A cart's key is known by its items' keys.
+                if let Some(cart) = key.cart().and_then(|cart| RequestKey::parse(cart).ok()) {
+                    keys.load(tenant, sku, cart, created_ms, now_ms);
+                }
                 keys.load(tenant, sku, key, created_ms, now_ms);
             })
             .await?;
@@ -147,12 +152,14 @@ pub async fn start(
         fence,
         keys,
         registry,
+        cart_expiry: Arc::default(),
         limits: settings.limits,
         link: settings.coordinator.clone(),
         stop_sync,
         sync_task: std::sync::Mutex::new(None),
         metrics,
     });
+    tokio::spawn(carts::expire_forever(state.clone()));
     if let Some(link) = settings.coordinator {
         state.set_sync_task(tokio::spawn(sync::run(state.clone(), link, stop_rx)));
     }

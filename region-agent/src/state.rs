@@ -9,6 +9,7 @@ use std::sync::Arc;
 use escrow_core::RegionName;
 
 use crate::auth::Auth;
+use crate::carts::CartExpiry;
 use crate::clock::Clock;
 use crate::coordinator_client::CoordinatorLink;
 use crate::fence::Fence;
@@ -30,6 +31,7 @@ pub(crate) struct Parts {
     pub(crate) fence: Arc<Fence>,
     pub(crate) keys: Arc<KnownKeys>,
     pub(crate) registry: Registry,
+    pub(crate) cart_expiry: Arc<CartExpiry>,
     pub(crate) limits: Limits,
     pub(crate) link: Option<Arc<CoordinatorLink>>,
     pub(crate) stop_sync: tokio::sync::watch::Sender<bool>,
@@ -91,6 +93,10 @@ impl AppState {
     /// The SKU owners.
     pub fn registry(&self) -> &Registry {
         &self.0.registry
+    }
+    /// Held carts by expiry.
+    pub fn cart_expiry(&self) -> &CartExpiry {
+        &self.0.cart_expiry
     }
     /// How long a request may wait in an owner's queue.
     pub fn wait_timeout_ms(&self) -> u64 {

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use super::work::{quantities, PendingAct, PendingReserve, Phase, TakeEnd, Work};
 use super::{
-    ActReply, AdminReply, CartEnd, Command, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
-    SETTLE_MS, SWEEP_INTERVAL_MS, TAKE_RETRY_MS,
+    ActReply, AdminReply, CartEnd, Command, CommitError, Io, PauseReason, Reply, ReserveReply,
+    SkuOwner, SETTLE_MS, SWEEP_INTERVAL_MS, TAKE_RETRY_MS,
 };
 use crate::admission::plan_reserves;
 use crate::batch::{Batch, BatchOutcome, SkuRecord, StockChange};

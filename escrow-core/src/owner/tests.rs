@@ -814,7 +814,11 @@ fn units_set_aside_for_a_cart_are_not_sold_twice() {
     assert_eq!(h.owner.ledger(), h.book.ledger, "dropped: free again");
 
     set_aside(&mut h);
-    let mut cart = Batch::new(Tenant::parse("t").unwrap(), Sku::parse("sku").unwrap(), h.now_ms);
+    let mut cart = Batch::new(
+        Tenant::parse("t").unwrap(),
+        Sku::parse("sku").unwrap(),
+        h.now_ms,
+    );
     cart.holds.push(NewHold {
         request_key: item.clone(),
         user_id: hold.user_id.clone(),
@@ -832,7 +836,9 @@ fn units_set_aside_for_a_cart_are_not_sold_twice() {
         Some(Status::Held),
         "the sweep leaves a cart's item to its cart"
     );
-    h.owner
-        .handle_cart_end(&item, CartEnd::Moved(crate::reservation::Transition::Expire));
+    h.owner.handle_cart_end(
+        &item,
+        CartEnd::Moved(crate::reservation::Transition::Expire),
+    );
     assert_eq!(h.owner.ledger().available, 3, "expired with its cart");
 }

@@ -259,3 +259,80 @@ pub struct AuditBody {
     /// Sum over SKUs of `|drift| + rows_drift`; 0 when healthy.
     pub drift_total: i64,
 }
+
+/// One item of the contract's cart body C.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CartItemBody {
+    /// The SKU.
+    #[schema(value_type = String)]
+    pub sku: Sku,
+    /// Its units.
+    #[schema(value_type = u32, minimum = 1)]
+    pub qty: Qty,
+}
+
+/// The contract's cart body C: one status and expiry for every item.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CartBody {
+    /// The idempotency key that created it.
+    #[schema(value_type = String)]
+    pub request_key: RequestKey,
+    /// The buyer.
+    #[schema(value_type = String)]
+    pub user_id: UserId,
+    /// `HELD`, `SOLD`, `RELEASED` or `EXPIRED`, the same for every item.
+    pub status: Status,
+    /// When a HELD cart stops being confirmable (RFC 3339, UTC, ms).
+    #[schema(format = DateTime)]
+    pub expires_at: String,
+    /// The agent's region.
+    pub region: String,
+    /// Its items, in SKU order.
+    pub items: Vec<CartItemBody>,
+}
+
+impl CartBody {
+    /// C of `cart`, held in `region`.
+    pub fn new(cart: &escrow_core::cart::Cart, region: &str) -> Self {
+        // As for a reservation: a clock reading plus at most an hour.
+        let expires_at = i64::try_from(cart.lifecycle.expires_at_ms)
+            .ok()
+            .and_then(chrono::DateTime::from_timestamp_millis)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        Self {
+            request_key: cart.request_key.clone(),
+            user_id: cart.user_id.clone(),
+            status: cart.lifecycle.status,
+            expires_at: expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            region: region.to_owned(),
+            items: cart
+                .items
+                .iter()
+                .map(|item| CartItemBody {
+                    sku: item.sku.clone(),
+                    qty: item.qty,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The answer to a new cart: `HELD` (201) or `REPLAY` (200) with C.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CartOutcome {
+    /// `HELD` or `REPLAY`.
+    pub outcome: Outcome,
+    /// The cart as committed.
+    pub cart: CartBody,
+}
+
+/// A cart refused because of one item: `SOLD_OUT` or `USER_LIMIT` (409),
+/// `UNKNOWN_SKU` (404), naming the item's SKU; nothing held.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CartRefusal {
+    /// What happened.
+    pub outcome: Outcome,
+    /// The item that could not be held.
+    #[schema(value_type = String)]
+    pub sku: Sku,
+}

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod bodies;
 pub mod buyer;
+pub mod carts;
 pub mod error;
 pub mod failures;
 pub mod json;
@@ -47,6 +48,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/reservations/{request_key}/extend", post(buyer::extend))
         .route("/v1/skus/{sku}", get(buyer::sku_status))
+        .route("/v1/carts", post(carts::hold))
+        .route("/v1/carts/{request_key}", get(carts::get))
+        .route("/v1/carts/{request_key}/confirm", post(carts::confirm))
+        .route("/v1/carts/{request_key}/release", post(carts::release))
+        .route("/v1/carts/{request_key}/extend", post(carts::extend))
         .route(
             "/v1/admin/skus/{tenant}/{sku}",
             put(admin::put_sku).get(admin::get_sku),

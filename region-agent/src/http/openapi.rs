@@ -7,7 +7,7 @@ use service_kit::openapi::Completion;
 use service_kit::ops::OperationsDoc;
 use utoipa::OpenApi;
 
-use super::{admin, buyer, retention};
+use super::{admin, buyer, carts, retention};
 
 /// What the document says beside the routes' annotations: which token goes
 /// where, and the operations endpoints.
@@ -34,6 +34,11 @@ const COMPLETION: Completion = Completion {
         buyer::release,
         buyer::extend,
         buyer::sku_status,
+        carts::hold,
+        carts::get,
+        carts::confirm,
+        carts::release,
+        carts::extend,
         admin::put_sku,
         admin::get_sku,
         admin::add_stock,
@@ -44,7 +49,7 @@ const COMPLETION: Completion = Completion {
     ),
     modifiers(&COMPLETION),
     tags(
-        (name = "buyer", description = "Reservations, with a tenant key"),
+        (name = "buyer", description = "Reservations and carts, with a tenant key"),
         (name = "admin", description = "SKUs of a standalone agent, with the admin token"),
     )
 )]

@@ -1,5 +1,5 @@
 //! `POST /v1/admin/prune`: the agent's retention. Released and expired
-//! reservations and confirmed grants older than a window leave the
+//! reservations and carts, and confirmed grants older than a window leave the
 //! database, a batch at a time (each its own short transaction, so selling
 //! goes on meanwhile), and the pruned keys leave memory.
 
@@ -25,6 +25,9 @@ pub struct PrunedBody {
     pub reservations: u64,
     /// Confirmed grants credited before the window.
     pub grants: u64,
+    /// Released and expired carts whose hold ended before the window
+    /// (their items are among `reservations`).
+    pub carts: u64,
 }
 
 /// Prunes what ended more than `older_than_s` ago; answers how much.
@@ -49,12 +52,16 @@ pub async fn prune(
     admin_only(&state, &headers)?;
     let before_ms = body.cut_ms(state.now_ms()).map_err(ApiError::BadRequest)?;
     let state = &state;
-    let [reservations, grants] = in_batches(|| async move {
+    let [reservations, grants, carts] = in_batches(|| async move {
         let pruned = state.store().prune(before_ms, PRUNE_BATCH).await?;
         for (tenant, key) in &pruned.reservations {
             state.keys().remove(tenant, key);
         }
-        Ok::<_, ApiError>([pruned.reservations.len() as u64, pruned.grants])
+        Ok::<_, ApiError>([
+            pruned.reservations.len() as u64,
+            pruned.grants,
+            pruned.carts,
+        ])
     })
     .await?;
     if reservations > 0 {
@@ -62,9 +69,11 @@ pub async fn prune(
     }
     metrics::counter!("escrow_pruned_total", "what" => "reservations").increment(reservations);
     metrics::counter!("escrow_pruned_total", "what" => "grants").increment(grants);
+    metrics::counter!("escrow_pruned_total", "what" => "carts").increment(carts);
     Ok(Json(PrunedBody {
         reservations,
         grants,
+        carts,
     })
     .into_response())
 }

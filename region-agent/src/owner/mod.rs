@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord};
 use escrow_core::owner::{
-    Command as OwnerCommand, CommitError, Io, OwnerConfig, Reply, SkuOwner, Ticket,
+    CartEnd, Command as OwnerCommand, CommitError, Io, OwnerConfig, Reply, SkuOwner, Ticket,
     RELOAD_RETRY_MS, SWEEP_INTERVAL_MS, TAKE_BUDGET_MIN_MS,
 };
 use escrow_core::protocol::{SkuDirective, TakeRequest, TakeResponse, TransferMsg};
@@ -70,7 +70,13 @@ pub enum Command {
     Act(RequestKey, Action, Deadline, oneshot::Sender<ActReply>),
     /// An admin changes the SKU.
     Admin(AdminChange, oneshot::Sender<AdminReply>),
+    /// A cart wants units set aside ([`OwnerCommand::SetAside`]).
+    SetAside(ReserveRequest, Deadline, oneshot::Sender<ReserveReply>),
 }
+
+/// How a cart's commit ended for one item, and who waits to hear it was
+/// taken in.
+pub type CartEndNote = (RequestKey, CartEnd, oneshot::Sender<()>);
 
 /// The coordinator's latest word for one SKU: its directive and the grants
 /// to this region not yet acknowledged.
@@ -91,6 +97,11 @@ pub struct OwnerHandle {
     pub queue: mpsc::Sender<Command>,
     /// The coordinator's latest directive; a newer one replaces an unread one.
     pub control: Arc<watch::Sender<Option<Control>>>,
+    /// How carts' commits ended for their items here
+    /// ([`SkuOwner::handle_cart_end`]): never refused, however full the
+    /// queue, as what they say already happened. The sender hears when
+    /// the owner's memory (and the gate's view) follows.
+    pub cart_ends: mpsc::UnboundedSender<CartEndNote>,
 }
 
 /// Shared services every owner uses.
@@ -119,6 +130,8 @@ enum Responder {
     Reserve(oneshot::Sender<ReserveReply>),
     Act(oneshot::Sender<ActReply>),
     Admin(oneshot::Sender<AdminReply>),
+    /// A cart's item: its cart counts and remembers what is held.
+    SetAside(oneshot::Sender<ReserveReply>),
 }
 
 /// The owner task: the state machine plus its I/O.
@@ -126,6 +139,7 @@ struct Driver {
     deps: OwnerDeps,
     view: Arc<SkuView>,
     queue: mpsc::Receiver<Command>,
+    cart_ends: mpsc::UnboundedReceiver<CartEndNote>,
     control: watch::Receiver<Option<Control>>,
     /// The same channel's sending end: the owner takes what it read, so
     /// grants are handed over once and do not pile up in the channel.
@@ -140,6 +154,7 @@ struct Driver {
 /// Starts the owner of a loaded SKU and returns its handle.
 pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(deps.limits.max_waiting);
+    let (cart_ends_tx, cart_ends) = mpsc::unbounded_channel();
     let (control_tx, control_rx) = watch::channel(None);
     let control_tx = Arc::new(control_tx);
     let view = Arc::new(SkuView::new(record.tenant.clone(), record.sku.clone()));
@@ -154,6 +169,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
         deps,
         view: view.clone(),
         queue: rx,
+        cart_ends,
         control: control_rx,
         control_tx: control_tx.clone(),
         owner,
@@ -168,6 +184,7 @@ pub fn spawn(deps: OwnerDeps, record: SkuRecord) -> (OwnerHandle, tokio::task::J
         view,
         queue: tx,
         control: control_tx,
+        cart_ends: cart_ends_tx,
     };
     (handle, task)
 }
@@ -213,6 +230,12 @@ impl Driver {
                     .saturating_sub(now_ms)
                     .min(SWEEP_INTERVAL_MS);
                 tokio::select! {
+                    Some((key, end, taken)) = self.cart_ends.recv() => {
+                        self.owner.handle_cart_end(&key, end);
+                        self.publish();
+                        let _ = taken.send(());
+                        continue;
+                    }
                     changed = self.control.changed(), if control_open => {
                         match changed {
                             Ok(()) => self.follow(),
@@ -243,6 +266,17 @@ impl Driver {
             }
             if control_open && self.control.has_changed().unwrap_or(false) {
                 self.follow();
+            }
+            let mut taken = Vec::new();
+            while let Ok((key, end, told)) = self.cart_ends.try_recv() {
+                self.owner.handle_cart_end(&key, end);
+                taken.push(told);
+            }
+            if !taken.is_empty() {
+                self.publish();
+                for told in taken {
+                    let _ = told.send(());
+                }
             }
             if self.deps.fence.is_fenced() {
                 self.owner.handle_fenced();
@@ -311,6 +345,14 @@ impl Driver {
                 OwnerCommand::Admin { ticket, change },
                 Responder::Admin(reply),
             ),
+            Command::SetAside(request, deadline, reply) => {
+                let command = OwnerCommand::SetAside {
+                    ticket,
+                    request,
+                    deadline,
+                };
+                (command, Responder::SetAside(reply))
+            }
         };
         self.waiting.insert(ticket, responder);
         command
@@ -400,6 +442,9 @@ impl Driver {
                     let _ = tx.send(reply);
                 }
                 (Responder::Admin(tx), Reply::Admin(reply)) => {
+                    let _ = tx.send(reply);
+                }
+                (Responder::SetAside(tx), Reply::Reserve(reply)) => {
                     let _ = tx.send(reply);
                 }
                 _ => unreachable!("a reply matches its command's kind"),

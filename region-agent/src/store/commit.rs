@@ -51,36 +51,44 @@ pub(super) async fn in_transaction(
     check_lease(&mut tx, epoch)
         .await
         .map_err(BatchError::whole)?;
+    let outcomes = apply_group(&mut tx, batches).await?;
+    commit(tx).await.map_err(BatchError::whole)?;
+    Ok(outcomes)
+}
+
+/// Commits `tx`; a commit that got no answer has an unknown outcome.
+pub(super) async fn commit(tx: Tx) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| match e {
+        sql::Error::Unanswered(why) => StoreError::OutcomeUnknown(why),
+        refused => refused.into(),
+    })
+}
+
+/// Writes `batches` in `tx`, after the lease was checked and before the
+/// commit: each batch's own writes, then every batch's holds and counters.
+pub(super) async fn apply_group(
+    tx: &mut Tx,
+    batches: &[&Batch],
+) -> Result<Vec<BatchOutcome>, BatchError> {
     let mut applied = Vec::with_capacity(batches.len());
     for (index, batch) in batches.iter().enumerate() {
-        applied.push(
-            apply_batch(&mut tx, batch)
-                .await
-                .map_err(|error| BatchError {
-                    batch: Some(index),
-                    error,
-                })?,
-        );
+        applied.push(apply_batch(tx, batch).await.map_err(|error| BatchError {
+            batch: Some(index),
+            error,
+        })?);
     }
-    let inserted = insert_holds(&mut tx, batches, &mut applied)
+    let inserted = insert_holds(tx, batches, &mut applied)
         .await
         .map_err(BatchError::whole)?;
-    move_counters(&mut tx, batches, &applied).await?;
-    let outcomes = applied
+    move_counters(tx, batches, &applied).await?;
+    Ok(applied
         .into_iter()
         .zip(inserted)
         .map(|(applied, inserted)| BatchOutcome {
             inserted,
             applied_grants: applied.applied_grants,
         })
-        .collect();
-    tx.commit().await.map_err(|e| {
-        BatchError::whole(match e {
-            sql::Error::Unanswered(why) => StoreError::OutcomeUnknown(why),
-            refused => refused.into(),
-        })
-    })?;
-    Ok(outcomes)
+        .collect())
 }
 
 /// The counter moves of one batch, made by the ledger's own rules on a

@@ -16,6 +16,7 @@
 //!   committing a group share.
 //! - [`rows`]: stored rows into domain types.
 
+mod carts;
 mod commit;
 mod holds;
 pub mod postgres;
@@ -26,6 +27,7 @@ pub mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use escrow_core::cart::{Cart, CartCommit, CartWritten};
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{
     Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId,
@@ -219,6 +221,14 @@ pub trait Store: Send + Sync + 'static {
         tenant: &Tenant,
         keys: &[RequestKey],
     ) -> Result<Vec<Reservation>, StoreError>;
+    /// Writes a cart's step and its items' rows and counters in one
+    /// transaction, or nothing.
+    async fn commit_cart(&self, epoch: Epoch, cart: &CartCommit)
+        -> Result<CartWritten, StoreError>;
+    /// The cart a tenant's key created.
+    async fn cart(&self, tenant: &Tenant, key: &RequestKey) -> Result<Option<Cart>, StoreError>;
+    /// Every held cart's tenant, key and expiry (ms since the epoch).
+    async fn held_carts(&self) -> Result<Vec<(Tenant, RequestKey, u64)>, StoreError>;
     /// Counters against totals and rows, for every SKU.
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError>;
     /// Where this database's stock came from: SKUs holding units received
@@ -233,8 +243,8 @@ pub trait Store: Send + Sync + 'static {
     async fn forget_returns(&self, ids: &[TransferId]) -> Result<(), StoreError>;
     /// Deletes at most `limit` released or expired reservations whose hold
     /// ended before `before_ms` (their `expires_at`: a hold ends at the
-    /// latest then), and at most `limit` grants the coordinator confirmed
-    /// before it. SOLD reservations stay: they are the sales, the per-user
+    /// latest then), as many such carts, and at most `limit` grants the
+    /// coordinator confirmed before it. SOLD reservations stay: they are the sales, the per-user
     /// limit counts them, and the counters are checked against them. Call
     /// again until fewer than `limit` of each are deleted.
     async fn prune(&self, before_ms: u64, limit: u32) -> Result<Pruned, StoreError>;
@@ -247,4 +257,7 @@ pub struct Pruned {
     pub reservations: Vec<(Tenant, RequestKey)>,
     /// Confirmed grants deleted.
     pub grants: u64,
+    /// Released or expired carts deleted (their items are among
+    /// `reservations`).
+    pub carts: u64,
 }

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use escrow_core::cart::{Cart, CartCommit, CartWritten};
 use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId};
 use service_kit::db::Backend;
 use service_kit::sql::{sql, Db, Tx};
@@ -22,8 +23,8 @@ use super::rows::{
     sku_record_from, transfer_from, with_holds, RESERVATION_COLUMNS,
 };
 use super::{
-    commit, postgres, sqlite, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance, Pruned,
-    SkuRecord, Store, StoreError, SyncSnapshot,
+    carts, commit, postgres, sqlite, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance,
+    Pruned, SkuRecord, Store, StoreError, SyncSnapshot,
 };
 
 /// Counters and row sums per SKU. SQLite uses a partial index only when the
@@ -374,11 +375,38 @@ impl Store for SqlStore {
         .bind(i64::from(limit))
         .execute(&mut tx)
         .await?;
+        let carts = sql("DELETE FROM carts WHERE (tenant, request_key) IN (
+                 SELECT tenant, request_key FROM carts
+                 WHERE status IN ('RELEASED', 'EXPIRED') AND expires_at < $1 LIMIT $2)")
+        .bind(at(before_ms))
+        .bind(i64::from(limit))
+        .execute(&mut tx)
+        .await?;
         tx.commit().await?;
         Ok(Pruned {
             reservations: rows.iter().map(pruned_key).collect::<Result<_, _>>()?,
             grants,
+            carts,
         })
+    }
+
+    async fn commit_cart(
+        &self,
+        epoch: Epoch,
+        cart: &CartCommit,
+    ) -> Result<CartWritten, StoreError> {
+        let tx = self.begin_write().await?;
+        carts::write(tx, epoch, cart).await
+    }
+
+    async fn cart(&self, tenant: &Tenant, key: &RequestKey) -> Result<Option<Cart>, StoreError> {
+        let mut conn = self.db.connection().await?;
+        carts::read(&mut conn, tenant, key).await
+    }
+
+    async fn held_carts(&self) -> Result<Vec<(Tenant, RequestKey, u64)>, StoreError> {
+        let mut conn = self.db.connection().await?;
+        carts::held(&mut conn).await
     }
 
     async fn audit(&self) -> Result<Vec<AuditRow>, StoreError> {
