@@ -383,17 +383,3 @@ async fn concurrent_and_killed_sweeps_return_each_unit_once(db: TestDb) {
     assert_balanced(&s);
     assert_eq!((s.available, s.held, s.rows_expired), (300, 0, 300));
 }
-
-/// Runs `n` futures made by `make` concurrently and collects their results in order.
-async fn futures_join<F, T>(n: usize, make: impl Fn(usize) -> F) -> Vec<T>
-where
-    F: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(make(i))).collect();
-    let mut out = Vec::with_capacity(n);
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}

@@ -142,6 +142,11 @@ impl Api {
         Self::send(self.buyer_request(Method::POST, path).json(&body)).await
     }
 
+    /// A buyer GET of `path`.
+    pub async fn buyer_get(&self, path: &str) -> (StatusCode, Value) {
+        Self::send(self.buyer_request(Method::GET, path)).await
+    }
+
     /// One reserve attempt; an error if the service could not be reached.
     pub async fn try_reserve(
         &self,

@@ -153,7 +153,7 @@ fn enqueue(handle: &OwnerHandle, command: Command) -> Result<(), ApiError> {
         (status = 401, description = "`UNAUTHORIZED`: missing or wrong tenant key", body = OutcomeBody),
         (status = 404, description = "`UNKNOWN_SKU`: no such SKU for this tenant", body = OutcomeBody),
         (status = 409, description = "`SOLD_OUT` or `USER_LIMIT`; nothing written", body = OutcomeBody),
-        (status = 422, description = "`KEY_REUSED`: the key has a reservation for another user, SKU or qty", body = OutcomeBody),
+        (status = 422, description = "`KEY_REUSED`: the key has a reservation for another user, SKU or qty, or a cart", body = OutcomeBody),
         (status = 500, description = "`INTERNAL`: the read of a known key failed; details logged only", body = OutcomeBody),
         (status = 503, description = "`PAUSED` with `reason`: `admin_pause` (paused by an admin), `halted` (drift, fencing, reload), `coordinator_unreachable` (a take failed, the link is down) or `storage` (a commit or read failed); `REJECTED_QUEUE_FULL` (the owner's queue or its list of buyers waiting for units is full) or `REJECTED_WAIT_TIMEOUT`", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
     ),
@@ -184,6 +184,14 @@ pub async fn reserve(
         let existing = state.store().reservation(&tenant, &key).await?;
         if let Some(r) = existing {
             return Ok(replay_or_reused(&state, &r, &user, &sku, qty));
+        }
+        // Keys are one space for reservations and carts.
+        if state.store().cart(&tenant, &key).await?.is_some() {
+            metrics::counter!("escrow_reservations_total", "outcome" => "KEY_REUSED").increment(1);
+            return Ok(outcome_only(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Outcome::KeyReused,
+            ));
         }
     }
     let link_down = state.link().is_some_and(|l| l.is_down());

@@ -276,3 +276,17 @@ pub async fn assert_one_statement(db: &TestDb, sku: &str, keys: &[&str]) {
         "{sku}: not written with its counters by one statement: {rows:?}"
     );
 }
+
+/// Runs `n` futures made by `make` concurrently and collects their results in order.
+pub async fn futures_join<F, T>(n: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(make(i))).collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
