@@ -4,7 +4,8 @@
 //! the last); output is a table for people or the API's JSON with `--json`.
 //! `audit` exits 1 when any SKU drifts or a region's report is stale, so it
 //! can gate a deploy or page someone. `completions` prints a shell's
-//! completion script and calls nothing. `sku watch` reads a SKU's view
+//! completion script and calls nothing. `cart show` asks a region agent
+//! (`--region`), where carts live. `sku watch` reads a SKU's view
 //! again and again and shows it live ([`watch`]).
 
 mod watch;
@@ -55,6 +56,11 @@ enum Top {
         #[command(subcommand)]
         command: SkuCommand,
     },
+    /// Look up carts at a region agent.
+    Cart {
+        #[command(subcommand)]
+        command: CartCommand,
+    },
     /// The invariant for every SKU; exit status 1 on any drift or stale report.
     Audit,
     /// Region agents and their last sync.
@@ -101,6 +107,19 @@ enum SkuCommand {
         /// Print one refresh and exit.
         #[arg(long)]
         once: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CartCommand {
+    /// A cart as its region agent committed it: status, expiry, items.
+    Show {
+        /// TENANT/KEY: the cart's tenant and request key.
+        id: String,
+        /// The region agent holding the cart (carts live in the region
+        /// that held them; default: --url).
+        #[arg(long)]
+        region: Option<String>,
     },
 }
 
@@ -164,6 +183,34 @@ enum SkuCall {
         /// Units to add.
         qty: u64,
     },
+}
+
+fn cart_path(id: &str) -> anyhow::Result<String> {
+    let (tenant, key) = id.split_once('/').context("expected TENANT/KEY")?;
+    if tenant.is_empty() || key.is_empty() || key.contains('/') {
+        bail!("expected TENANT/KEY");
+    }
+    Ok(format!("/v1/admin/carts/{tenant}/{key}"))
+}
+
+fn cart_table(cart: &Value) -> String {
+    let mut head = Table::new();
+    head.load_preset(UTF8_FULL_CONDENSED);
+    head.set_header(["cart", "user", "status", "expires at", "region"]);
+    head.add_row([
+        cell(&cart["request_key"]),
+        cell(&cart["user_id"]),
+        cell(&cart["status"]),
+        cell(&cart["expires_at"]),
+        cell(&cart["region"]),
+    ]);
+    let mut items = Table::new();
+    items.load_preset(UTF8_FULL_CONDENSED);
+    items.set_header(["sku", "qty"]);
+    for item in cart["items"].as_array().into_iter().flatten() {
+        items.add_row([cell(&item["sku"]), cell(&item["qty"])]);
+    }
+    format!("{head}\n{items}")
 }
 
 fn sku_path(id: &str) -> anyhow::Result<String> {
@@ -505,6 +552,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Top::Sku {
             command: SkuCommand::Call(call),
         } => sku(&api, call).await?,
+        Top::Cart {
+            command: CartCommand::Show { id, region },
+        } => {
+            let at = Api {
+                url: region.unwrap_or_else(|| api.url.clone()),
+                ..api
+            };
+            let answer = at.call(Method::GET, &cart_path(&id)?, None).await?;
+            let human = cart_table(&answer);
+            (answer, human)
+        }
         Top::Audit => {
             let answer = api.call(Method::GET, "/v1/admin/audit", None).await?;
             let skus = answer["skus"].as_array().cloned().unwrap_or_default();

@@ -31,6 +31,7 @@ test_support::on_both_backends!(
     sku_list_reads_every_page,
     sku_watch_follows_a_sale,
     prune_reports_what_it_deleted,
+    cart_show_reads_a_cart_at_its_region,
 );
 
 const ADMIN: &str = test_support::ADMIN;
@@ -516,4 +517,41 @@ async fn prune_reports_what_it_deleted(db: TestDb) {
     let out = ctl(&url, "prune --older-than-s 5").await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("older_than_s"));
+}
+
+/// Goal: `cart show TENANT/KEY --region URL` shows a cart as the region
+/// agent that holds it committed it; an unknown cart exits 2 with the 404.
+async fn cart_show_reads_a_cart_at_its_region(db: TestDb) {
+    let url = serve(&db).await;
+    assert_success(&ctl(&url, "sku put acme/drop --total 10 --regions eu=1").await);
+    let (agent, _agent_db) = agent(&db, &url).await;
+    let buyer = test_support::Api::new(&agent.url);
+    let cart = serde_json::json!({
+        "request_key": "c1", "user_id": "u1", "items": [{"sku": "drop", "qty": 1}]
+    });
+    let mut held = false;
+    for _ in 0..100 {
+        if buyer.buyer_post("/v1/carts", cart.clone()).await.0 == reqwest::StatusCode::CREATED {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(held, "the cart was held once the agent had units");
+    let region = format!("--region {}", agent.url);
+    let out = ctl(&url, &format!("--json cart show acme/c1 {region}")).await;
+    assert_success(&out);
+    let shown = json(&out);
+    assert_eq!(shown["status"], "HELD");
+    assert_eq!(
+        shown["items"],
+        serde_json::json!([{"sku": "drop", "qty": 1}])
+    );
+    let out = ctl(&url, &format!("cart show acme/c1 {region}")).await;
+    assert_success(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("HELD"));
+    let out = ctl(&url, &format!("cart show acme/nope {region}")).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
+    agent.stop().await;
 }

@@ -26,6 +26,7 @@ const BUYER_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/carts/{request_key}/confirm"),
     ("post", "/v1/carts/{request_key}/release"),
     ("post", "/v1/carts/{request_key}/extend"),
+    ("get", "/v1/admin/carts/{tenant}/{request_key}"),
 ];
 
 /// Goal: a client (or a fuzzer) reading `/openapi.json` sees an OpenAPI

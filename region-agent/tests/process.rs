@@ -18,6 +18,7 @@ use test_support::raw;
 
 conformance!(
     kill_nine_under_load_loses_nothing,
+    kill_nine_with_carts_in_flight_leaves_no_half_cart,
     sigterm_drains_in_flight_requests,
     disconnected_client_keeps_its_reservation,
     a_second_agent_fences_the_first,
@@ -142,6 +143,128 @@ async fn kill_nine_under_load_loses_nothing(db: TestDb) {
         );
     }
     assert_eq!(stored(&db, "drop").await.sold as usize, held.len());
+    api.assert_no_drift().await;
+}
+
+/// One cart attempt of `key` for `user` (items a, b and c); `None` if
+/// the agent could not be reached or did not answer.
+async fn try_cart(api: &Api, key: &str, user: &str) -> Option<(StatusCode, serde_json::Value)> {
+    let body = json!({"request_key": key, "user_id": user,
+                      "items": [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}]});
+    let answer = client()
+        .post(format!("{}/v1/carts", api.url))
+        .bearer_auth(ACME_KEY)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let status = answer.status();
+    Some((status, answer.json().await.unwrap_or_default()))
+}
+
+/// Goal: kill -9 of the agent while carts are being held leaves no half
+/// cart anywhere: after a restart every acknowledged cart is HELD with all
+/// its items, every unanswered key resolves by retry, every item row
+/// belongs to a cart that has all of its items, and the counters agree.
+async fn kill_nine_with_carts_in_flight_leaves_no_half_cart(db: TestDb) {
+    let port = free_port();
+    let agent = AgentProcess::spawn(&db, port).await;
+    let api = agent.api.clone();
+    for (sku, total) in [("a", 400), ("b", 400), ("c", 150)] {
+        api.put_sku("acme", sku, json!({ "total": total })).await;
+    }
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let mut buyers = Vec::new();
+    for i in 0..300 {
+        let api = api.clone();
+        let acknowledged = acknowledged.clone();
+        buyers.push(tokio::spawn(async move {
+            let key = format!("cart-{i}");
+            tokio::time::sleep(Duration::from_micros(1_000 * i)).await;
+            let answer = try_cart(&api, &key, &format!("user-{i}")).await;
+            if matches!(answer, Some((StatusCode::CREATED, _))) {
+                acknowledged.fetch_add(1, Ordering::SeqCst);
+            }
+            (key, format!("user-{i}"), answer.map(|(s, _)| s))
+        }));
+    }
+    eventually(
+        "some carts acknowledged",
+        Duration::from_secs(30),
+        async || acknowledged.load(Ordering::SeqCst) >= 30,
+    )
+    .await;
+    agent.proc.signal("-KILL");
+    let mut answers = Vec::new();
+    for b in buyers {
+        answers.push(b.await.unwrap());
+    }
+    drop(agent);
+
+    let restarted = AgentProcess::spawn(&db, port).await;
+    let api = restarted.api.clone();
+    let mut held = 0;
+    let mut unanswered = 0;
+    for (key, user, status) in &answers {
+        if *status == Some(StatusCode::CREATED) {
+            let (s, cart) = api.buyer_get(&format!("/v1/carts/{key}")).await;
+            assert_eq!(
+                (s, cart["status"].as_str()),
+                (StatusCode::OK, Some("HELD")),
+                "{key}"
+            );
+            assert_eq!(cart["items"].as_array().unwrap().len(), 3, "{key} is whole");
+            held += 1;
+            continue;
+        }
+        if *status == Some(StatusCode::CONFLICT) {
+            continue;
+        }
+        unanswered += 1;
+        let answer = loop {
+            match try_cart(&api, key, user).await {
+                Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some(answer) => break answer,
+            }
+        };
+        match (answer.0, answer.1["outcome"].as_str()) {
+            (StatusCode::CREATED, Some("HELD")) | (StatusCode::OK, Some("REPLAY")) => held += 1,
+            (StatusCode::CONFLICT, Some("SOLD_OUT")) => {}
+            other => panic!("{key}: unexpected retry answer {other:?}"),
+        }
+    }
+    println!(
+        "kill -9 with carts: {} acknowledged before the kill, {unanswered} unanswered then retried, {held} carts in all",
+        acknowledged.load(Ordering::SeqCst)
+    );
+    assert!(unanswered > 0, "the kill landed mid-load");
+    let half = db
+        .int(
+            "SELECT count(*) FROM carts c WHERE c.items <> (SELECT count(*) FROM reservations r
+               WHERE r.tenant = c.tenant AND r.request_key >= c.request_key || '/'
+                 AND r.request_key < c.request_key || '0')",
+        )
+        .await;
+    let orphans = db
+        .int(
+            "SELECT count(*) FROM reservations r WHERE r.request_key LIKE '%/%' AND NOT EXISTS (
+               SELECT 1 FROM carts c WHERE c.tenant = r.tenant
+                 AND r.request_key >= c.request_key || '/' AND r.request_key < c.request_key || '0')",
+        )
+        .await;
+    assert_eq!(
+        (half, orphans),
+        (0, 0),
+        "no half cart, no item without its cart"
+    );
+    assert_eq!(db.int("SELECT count(*) FROM carts").await, held);
+    for sku in ["a", "b", "c"] {
+        let s = stored(&db, sku).await;
+        assert_balanced(&s);
+        assert_eq!(s.held, held, "{sku}");
+    }
     api.assert_no_drift().await;
 }
 

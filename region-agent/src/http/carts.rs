@@ -13,9 +13,10 @@ use escrow_core::{Qty, RequestKey, Sku, Tenant, TtlMs, UserId};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use super::admin::admin_only;
 use super::bodies::{CartBody, CartOutcome, CartRefusal, NotFoundBody, Outcome, OutcomeBody};
 use super::error::ApiError;
-use super::failures::{ActFailures, BuyerReadFailures};
+use super::failures::{ActFailures, AdminReadFailures, BuyerReadFailures};
 use super::json::{JsonBody, OptionalJsonBody};
 use crate::carts::{self, ActReply, HoldReply, HoldRequest};
 use crate::owner::ReserveReply;
@@ -81,6 +82,18 @@ pub struct CartExtendBody {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct CartPath {
+    /// The cart's idempotency key
+    #[param(example = json!("cart-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
+    request_key: String,
+}
+
+/// The path `/v1/admin/carts/{tenant}/{request_key}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct AdminCartPath {
+    /// The cart's tenant
+    #[param(example = json!("acme"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
+    tenant: String,
     /// The cart's idempotency key
     #[param(example = json!("cart-1"), pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
     request_key: String,
@@ -361,4 +374,36 @@ pub async fn extend(
         .transpose()
         .map_err(bad)?;
     act(state, headers, path, CartAction::Extend(ttl)).await
+}
+
+/// `GET /v1/admin/carts/{tenant}/{request_key}`: a tenant's cart, for an
+/// operator (`escrowctl cart show`), in any mode.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/carts/{tenant}/{request_key}",
+    operation_id = "admin_get_cart",
+    tag = "admin",
+    params(AdminCartPath),
+    responses(
+        (status = 200, description = "C, as committed", body = CartBody),
+        (status = 400, description = "`BAD_REQUEST`: bad identifier", body = OutcomeBody),
+        (status = 404, description = "No committed cart has this key for this tenant", body = NotFoundBody),
+        AdminReadFailures,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn admin_get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(path): Path<AdminCartPath>,
+) -> Result<Response, ApiError> {
+    admin_only(&state, &headers)?;
+    let tenant = Tenant::parse(&path.tenant).map_err(bad)?;
+    let key = RequestKey::parse(&path.request_key).map_err(bad)?;
+    let cart = state
+        .store()
+        .cart(&tenant, &key)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(CartBody::new(&cart, state.region().as_str())).into_response())
 }

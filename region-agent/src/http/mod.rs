@@ -64,6 +64,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/skus/{tenant}/{sku}/pause", post(admin::pause))
         .route("/v1/admin/skus/{tenant}/{sku}/resume", post(admin::resume))
         .route("/v1/admin/audit", get(admin::audit))
+        .route(
+            "/v1/admin/carts/{tenant}/{request_key}",
+            get(carts::admin_get),
+        )
         .route("/v1/admin/prune", post(retention::prune))
         .merge(service_kit::ops::routes(&openapi::ApiDoc::openapi()));
     let intake = Intake {

@@ -45,12 +45,13 @@ const COMPLETION: Completion = Completion {
         admin::pause,
         admin::resume,
         admin::audit,
+        carts::admin_get,
         retention::prune,
     ),
     modifiers(&COMPLETION),
     tags(
         (name = "buyer", description = "Reservations and carts, with a tenant key"),
-        (name = "admin", description = "SKUs of a standalone agent, with the admin token"),
+        (name = "admin", description = "SKUs of a standalone agent, and any agent's carts, with the admin token"),
     )
 )]
 pub struct ApiDoc;
