@@ -21,6 +21,7 @@ coordinator_tests!(
     coordinator_outage_pauses_only_central_skus,
     admin_operations_reach_the_agents,
     a_database_keeps_its_mode,
+    forty_carts_in_two_regions_race_for_one_unit,
 );
 
 const REGIONS: [&str; 3] = ["eu", "us", "ap"];
@@ -592,4 +593,66 @@ async fn a_database_keeps_its_mode(db: TestDb) {
     );
     admin.assert_no_drift().await;
     coord.stop().await;
+}
+
+/// Goal: 40 carts in two regions race for [a SKU with stock, a SKU of one
+/// unit that is not in their region when the race starts]: the carts wait
+/// for the unit to move as a reservation does, exactly one cart is held
+/// whole, the others hear SOLD_OUT naming the scarce SKU, the SKU with
+/// stock moves by exactly one unit, and the books balance.
+async fn forty_carts_in_two_regions_race_for_one_unit(db: TestDb) {
+    let c = cluster(&db, None).await;
+    c.put_sku(
+        "stock",
+        json!({"total": 300, "regions": {"eu": 1, "us": 1}}),
+    )
+    .await;
+    c.put_sku("last", json!({"total": 1, "regions": {"eu": 1, "us": 1}}))
+        .await;
+    c.grants_delivered("stock").await;
+    c.grants_delivered("last").await;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let buyer = c.agents[i % 2].buyer();
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"request_key": format!("c{i}"), "user_id": format!("u{i}"),
+                              "items": [{"sku": "stock"}, {"sku": "last"}]});
+            loop {
+                let (status, body) = buyer.buyer_post("/v1/carts", body.clone()).await;
+                if status != StatusCode::SERVICE_UNAVAILABLE {
+                    return (i % 2, status, body);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+    }
+    let mut held = Vec::new();
+    for task in tasks {
+        let (region, status, body) = task.await.unwrap();
+        match status {
+            StatusCode::CREATED => held.push((region, body)),
+            StatusCode::CONFLICT => {
+                assert_eq!(body, json!({"outcome": "SOLD_OUT", "sku": "last"}));
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(
+        held.len(),
+        1,
+        "exactly one cart holds the last unit: {held:?}"
+    );
+    let (region, body) = &held[0];
+    assert_eq!(body["cart"]["items"].as_array().unwrap().len(), 2);
+    let agent = &c.agents[*region];
+    let stock = agent.buyer().admin_sku("acme", "stock").await;
+    assert_eq!(stock["held"], 1, "{stock}");
+    eventually("the books settle", Duration::from_secs(20), async || {
+        let audit = settled_audit(&c.admin, Duration::from_secs(20)).await;
+        let skus = audit["skus"].as_array().unwrap().clone();
+        skus.iter().all(|sku| regions_sum(sku, "held") == 1)
+    })
+    .await;
+    c.admin.assert_no_drift().await;
+    c.stop().await;
 }
