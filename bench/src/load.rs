@@ -52,6 +52,12 @@ pub enum Workload {
         /// The other SKUs on sale.
         warm: Vec<String>,
     },
+    /// Hold a cart of one unit of each of `skus`, all or nothing
+    /// (`POST /v1/carts`); holds are kept.
+    Cart {
+        /// The cart's SKUs.
+        skus: Vec<String>,
+    },
 }
 
 impl Workload {
@@ -64,14 +70,40 @@ impl Workload {
                 0 => hot,
                 _ => &warm[((random / 2) % warm.len() as u64) as usize],
             },
+            Workload::Cart { skus } => &skus[0],
         }
+    }
+
+    /// The path and JSON body of the request that asks for units, under
+    /// `key`, for the SKU drawn by `random`.
+    fn ask(&self, key: &str, random: u64, body: &mut String) -> &'static str {
+        body.clear();
+        // Writing to a String cannot fail.
+        if let Workload::Cart { skus } = self {
+            let _ = write!(
+                body,
+                r#"{{"request_key":"{key}","user_id":"u{key}","items":["#
+            );
+            for (i, sku) in skus.iter().enumerate() {
+                let comma = if i == 0 { "" } else { "," };
+                let _ = write!(body, r#"{comma}{{"sku":"{sku}"}}"#);
+            }
+            body.push_str("]}");
+            return "/v1/carts";
+        }
+        let sku = self.sku(random);
+        let _ = write!(
+            body,
+            r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{sku}"}}"#
+        );
+        "/v1/reservations"
     }
 
     /// What the buyer of loop `seq` does with a hold: `Some(true)` confirms,
     /// `Some(false)` releases, `None` keeps it.
     fn settle(&self, seq: u64) -> Option<bool> {
         match self {
-            Workload::Reserve { .. } => None,
+            Workload::Reserve { .. } | Workload::Cart { .. } => None,
             Workload::Settle { .. } => Some(seq % 2 == 0),
             Workload::Drop { .. } => match seq % 10 {
                 0..=4 => Some(true),
@@ -295,15 +327,10 @@ async fn buyer(
         key.clear();
         // Writing to a String cannot fail.
         let _ = write!(key, "{}-{client}-{seq}", spec.run_id);
-        let sku = spec.workload.sku(rng.next());
-        body.clear();
-        let _ = write!(
-            body,
-            r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{sku}"}}"#
-        );
+        let ask = spec.workload.ask(&key, rng.next(), &mut body);
         let json = Bytes::copy_from_slice(body.as_bytes());
         let started = Instant::now();
-        let outcome = match request(&mut conn, spec.addr, "/v1/reservations", bearer, json).await {
+        let outcome = match request(&mut conn, spec.addr, ask, bearer, json).await {
             Some((status, body)) => Outcome::of_reserve(status, &body),
             None => Outcome::Transport,
         };

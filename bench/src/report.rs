@@ -10,7 +10,8 @@ use crate::database::ServerFacts;
 use crate::interference::FOREIGN_SHARE_MAX;
 use crate::load::LoadReport;
 use crate::scenario::{
-    Comparison, Settings, SweepPoint, LIMIT_BATCH, REJECTIONS, SALES, SETTLES, SOLD_OUT_STOCK,
+    Comparison, Settings, SweepPoint, CART_SKUS, LIMIT_BATCH, REJECTIONS, SALES, SETTLES,
+    SOLD_OUT_STOCK,
 };
 
 /// The targets.
@@ -182,7 +183,7 @@ pub fn comparison(c: &Comparison) -> String {
     let naive = c.naive.rate(&SALES);
     let hot = c.agent_hot.rate(&SALES);
     let sold_out = c.agent_sold_out.rate(&REJECTIONS);
-    let rows: [(&str, &LoadReport, f64, &str, Part); 15] = [
+    let rows: [(&str, &LoadReport, f64, &str, Part); 16] = [
         (
             "HTTP ceiling: parse, answer 201, no storage",
             &c.ceiling,
@@ -225,6 +226,13 @@ pub fn comparison(c: &Comparison) -> String {
             c.agent_mix.rate(&SETTLES),
             "settled/s",
             Part::Actions,
+        ),
+        (
+            "agent: carts of 3 SKUs, items held (3 per 201)",
+            &c.agent_carts,
+            CART_SKUS as f64 * c.agent_carts.rate(&SALES),
+            "items/s",
+            Part::All,
         ),
         (
             "agent: whole drop (1 hot + 99 warm SKUs), reserve calls",
@@ -325,6 +333,12 @@ pub fn comparison(c: &Comparison) -> String {
             percent(mix, hot),
             format!(">= {:.0}%", 100.0 * targets::MIX_OVER_HOT_MIN),
             mix >= targets::MIX_OVER_HOT_MIN * hot,
+        ),
+        (
+            "agent cart items / agent hot SKU (no target)".to_owned(),
+            percent(CART_SKUS as f64 * c.agent_carts.rate(&SALES), hot),
+            "-".to_owned(),
+            true,
         ),
         (
             "agent mix settled / mix reserves".to_owned(),
@@ -453,12 +467,13 @@ fn limit(c: &Comparison) -> String {
 }
 
 /// The agent's phases on PostgreSQL, by name.
-fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 8] {
+fn agent_phases(c: &Comparison) -> [(&'static str, &LoadReport); 9] {
     [
         ("hot SKU", &c.agent_hot),
         ("sold-out", &c.agent_sold_out),
         ("100 SKUs", &c.agent_multi),
         ("mix", &c.agent_mix),
+        ("carts", &c.agent_carts),
         ("whole drop", &c.agent_drop),
         ("drop storm", &c.agent_drop_storm),
         ("escrow mode", &c.coordinated_escrow),
@@ -507,6 +522,7 @@ pub fn correctness(c: &Comparison) -> Vec<String> {
         ("agent sold-out", &c.agent_sold_out),
         ("agent 100 SKUs", &c.agent_multi),
         ("agent mix", &c.agent_mix),
+        ("agent carts", &c.agent_carts),
         ("agent whole drop", &c.agent_drop),
         ("agent drop storm", &c.agent_drop_storm),
         ("escrow mode", &c.coordinated_escrow),

@@ -40,6 +40,8 @@ pub struct Comparison {
     pub agent_multi: LoadReport,
     /// The agent's reserve-then-confirm-or-release loop.
     pub agent_mix: LoadReport,
+    /// The agent's carts of [`CART_SKUS`] SKUs, one unit each, kept.
+    pub agent_carts: LoadReport,
     /// The agent's whole drop: one hot SKU and 99 warm, holds settled or kept.
     pub agent_drop: LoadReport,
     /// The agent's answers on the same SKUs once the drop is closed.
@@ -71,12 +73,24 @@ struct AgentPhases {
     multi: LoadReport,
 }
 
+/// Items in each cart of the cart phase.
+pub const CART_SKUS: usize = 3;
+
+/// The SKUs of the cart phase.
+fn cart_skus() -> Vec<String> {
+    (0..CART_SKUS).map(|i| format!("cart-{i}")).collect()
+}
+
 /// Creates the phases' SKUs on the agent at `addr`: `hot`, `gone` (sold
-/// out in the warm-up), `mix` and the 100 SKUs, whose names it returns.
+/// out in the warm-up), `mix`, the carts' and the 100 SKUs, whose names
+/// it returns.
 async fn agent_skus(addr: SocketAddr) -> anyhow::Result<Vec<String>> {
     put_sku(addr, "hot", HOT_STOCK).await?;
     put_sku(addr, "gone", SOLD_OUT_STOCK).await?;
     put_sku(addr, "mix", HOT_STOCK).await?;
+    for sku in cart_skus() {
+        put_sku(addr, &sku, HOT_STOCK).await?;
+    }
     let multi: Vec<String> = (0..MULTI_SKUS).map(|i| format!("m{i:03}")).collect();
     for sku in &multi {
         put_sku(addr, sku, MULTI_STOCK).await?;
@@ -168,6 +182,16 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         "x",
     ))
     .await?;
+    eprintln!("bench: agent, carts of {CART_SKUS} SKUs ...");
+    let agent_carts = agent_load(spec(
+        settings,
+        addr,
+        clients,
+        measure,
+        Workload::Cart { skus: cart_skus() },
+        "k",
+    ))
+    .await?;
     let (agent_drop, agent_drop_storm) = whole_drop(settings, addr).await?;
     let drift_total = audit_drift(addr).await?;
     agent.stop().await?;
@@ -200,6 +224,7 @@ pub async fn compare(settings: &Settings) -> anyhow::Result<Comparison> {
         agent_sold_out: pg.sold_out,
         agent_multi: pg.multi,
         agent_mix,
+        agent_carts,
         agent_drop,
         agent_drop_storm,
         drift_total,

@@ -42,7 +42,7 @@ use crate::interference::Watch;
 use crate::load::{self, LoadReport, LoadSpec, Workload};
 use crate::metrics::CommitCounters;
 
-pub use comparison::{compare, hot_only, Comparison};
+pub use comparison::{compare, hot_only, Comparison, CART_SKUS};
 pub use limit::{DatabaseLimit, LIMIT_BATCH};
 pub use standby::StandbyPhases;
 pub use sweeps::{sweep_batch, sweep_clients, SweepPoint, SWEEP_CLIENTS, SWEEP_MAX_IN_FLIGHT};
