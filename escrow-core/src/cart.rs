@@ -223,19 +223,15 @@ impl CartCommit {
     }
 }
 
-/// How a cart commit ended, when the database answered.
+/// How a cart commit ended, when the database answered and wrote what it
+/// was asked to, or nothing of this cart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CartWritten {
     /// Everything was written.
     Written,
-    /// Nothing was written: the cart's row was not as the step needs it
-    /// (its key taken, or it moved meanwhile), or the item at this index
-    /// could not be inserted (its user's one active reservation of that
-    /// SKU exists already).
-    Refused {
-        /// The item whose hold was refused, if it was an item.
-        item: Option<usize>,
-    },
+    /// Nothing of this cart was written: its row was not as the step needs
+    /// it (its key taken, or the cart moved meanwhile).
+    Refused,
 }
 
 /// The cart's answer from its items' answers (in item order, `None` for

@@ -4,7 +4,8 @@
 //! its item's units aside in memory, deciding as for a reservation (the
 //! gate, first fit, a wait for units from elsewhere). Only once every item
 //! is set aside is the cart written, in one transaction of its own
-//! ([`Store::commit_cart`]); each owner is then told how it ended
+//! ([`crate::cart_committer`], many carts to a transaction); each owner
+//! is then told how it ended
 //! ([`CartEnd`]), so its memory follows the database. A cart's
 //! transitions (confirm, release, extend, and the expiry) are decided by
 //! the cart's one lifecycle and written by one transaction guarded by the
@@ -248,22 +249,18 @@ async fn hold_in_task(state: AppState, tenant: Tenant, request: HoldRequest) -> 
         now_ms + request.ttl.get(),
     );
     let commit = CartCommit::create(&tenant, cart, now_ms);
-    let epoch = state.fence().epoch();
-    let store = state.store();
-    let written = answered(store.as_ref(), store.commit_cart(epoch, &commit))
-        .await
-        .unwrap_or_else(|| {
-            Err(StoreError::OutcomeUnknown(
-                "no answer from the database".into(),
-            ))
-        });
+    let written = state.cart_committer().commit(commit.clone()).await;
     match written {
         Ok(CartWritten::Written) => {
             end_items(&state, &tenant, &request, &set_aside, CartEnd::Held).await;
             held(&state, &tenant, &commit.cart);
             HoldReply::Held(commit.cart)
         }
-        Ok(CartWritten::Refused { item }) => {
+        Ok(CartWritten::Refused) | Err(StoreError::CartItemRefused { .. }) => {
+            let item = match written {
+                Err(StoreError::CartItemRefused { item }) => Some(item),
+                _ => None,
+            };
             end_items(&state, &tenant, &request, &set_aside, CartEnd::Dropped).await;
             match existing(&state, &tenant, &request).await {
                 Ok(Some(reply)) => reply,
@@ -439,16 +436,7 @@ async fn act_in_task(
             };
         };
         let commit = CartCommit::transition(&tenant, cart, change, now_ms);
-        let written = answered(
-            store.as_ref(),
-            store.commit_cart(state.fence().epoch(), &commit),
-        )
-        .await
-        .unwrap_or_else(|| {
-            Err(StoreError::OutcomeUnknown(
-                "no answer from the database".into(),
-            ))
-        });
+        let written = state.cart_committer().commit(commit.clone()).await;
         match written {
             Ok(CartWritten::Written) => {
                 moved(&state, &tenant, &commit.cart, CartEnd::Moved(change)).await;
@@ -463,7 +451,7 @@ async fn act_in_task(
                 };
             }
             // Another action or the expiry moved it first: decide again.
-            Ok(CartWritten::Refused { .. }) => continue,
+            Ok(CartWritten::Refused) | Err(StoreError::CartItemRefused { .. }) => continue,
             Err(StoreError::Fenced) => {
                 state.fence().set_fenced();
                 return ActReply::Paused(PauseReason::Halted);

@@ -13,6 +13,7 @@
 //! - [`state`]: what every handler and loop shares ([`AppState`]).
 
 pub mod auth;
+pub mod cart_committer;
 pub mod carts;
 pub mod clock;
 pub mod committer;
@@ -35,6 +36,7 @@ use service_kit::Shutdown;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
+use crate::cart_committer::CartCommitter;
 use crate::clock::Clock;
 use crate::committer::Committer;
 use crate::coordinator_client::CoordinatorLink;
@@ -128,6 +130,7 @@ pub async fn start(
         region: settings.region.clone(),
         link: settings.coordinator.clone(),
     };
+    let cart_committer = CartCommitter::spawn(store.clone(), fence.clone());
     let registry = Registry::new(deps);
     for record in store.load_skus().await? {
         let (tenant, sku, now_ms) = (&record.tenant, &record.sku, clock.now_ms());
@@ -153,6 +156,7 @@ pub async fn start(
         keys,
         registry,
         cart_expiry: Arc::default(),
+        cart_committer,
         limits: settings.limits,
         link: settings.coordinator.clone(),
         stop_sync,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use escrow_core::RegionName;
 
 use crate::auth::Auth;
+use crate::cart_committer::CartCommitter;
 use crate::carts::CartExpiry;
 use crate::clock::Clock;
 use crate::coordinator_client::CoordinatorLink;
@@ -32,6 +33,7 @@ pub(crate) struct Parts {
     pub(crate) keys: Arc<KnownKeys>,
     pub(crate) registry: Registry,
     pub(crate) cart_expiry: Arc<CartExpiry>,
+    pub(crate) cart_committer: CartCommitter,
     pub(crate) limits: Limits,
     pub(crate) link: Option<Arc<CoordinatorLink>>,
     pub(crate) stop_sync: tokio::sync::watch::Sender<bool>,
@@ -93,6 +95,10 @@ impl AppState {
     /// The SKU owners.
     pub fn registry(&self) -> &Registry {
         &self.0.registry
+    }
+    /// Commits carts, many to a transaction.
+    pub fn cart_committer(&self) -> &CartCommitter {
+        &self.0.cart_committer
     }
     /// Held carts by expiry.
     pub fn cart_expiry(&self) -> &CartExpiry {

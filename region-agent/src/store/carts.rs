@@ -2,15 +2,18 @@
 //! `{cart key}/{sku}` ([`RequestKey::cart_item`]), the same SQL on both
 //! backends.
 //!
-//! A cart commit is one write transaction: the lease, the cart row's step
-//! (an INSERT that finds the key free in both carts and reservations, or a
-//! conditional UPDATE guarded by its status and expiry as a reservation's
-//! transition is), then its items' batches by the path every owner batch
-//! takes ([`commit::apply_group`]): holds inserted with their conflicts
-//! judged by the primary key and the one-active-per-user index,
-//! transitions checked to change exactly their rows, counters moved by the
-//! ledger's rules. A step or a hold the database refuses rolls the whole
-//! cart back and is named.
+//! A group of carts commits in one write transaction: the lease, each
+//! cart row's step (an INSERT that finds the key free in both carts and
+//! reservations, or a conditional UPDATE guarded by its status and expiry
+//! as a reservation's transition is), then the items' batches by the path
+//! every owner batch takes ([`commit::apply_group`]): holds inserted with
+//! their conflicts judged by the primary key and the one-active-per-user
+//! index, transitions checked to change exactly their rows, counters moved
+//! by the ledger's rules. A step that finds its row otherwise writes
+//! nothing for that cart; a hold the database refuses rolls the group back
+//! and names its cart.
+
+use std::collections::BTreeMap;
 
 use escrow_core::cart::{Cart, CartCommit, CartItem, CartStep, CartWritten};
 use escrow_core::{Lifecycle, RequestKey, Status, Tenant, Transition, UserId};
@@ -18,30 +21,92 @@ use service_kit::sql::{sql, Conn, Row, Tx};
 
 use super::commit;
 use super::rows::{at, bad_row, ident, millis, request_key};
-use super::{Batch, Epoch, StoreError};
+use super::{Batch, BatchError, Epoch, StoreError};
 
-/// Writes `cart` in `tx`, a write transaction, and commits it, or nothing.
+/// Writes `carts` in `tx`, a write transaction, and commits them, or
+/// nothing: each cart's step, then every item of the carts whose step
+/// found their row as it needs, merged into one batch per SKU (so each
+/// counter row moves once, by the sum of its items, and the rows lock in
+/// SKU order). A cart whose item the database refused is named in the
+/// error ([`StoreError::CartItemRefused`]): the caller commits the others
+/// again without it.
 pub(super) async fn write(
     mut tx: Tx,
     epoch: Epoch,
-    cart: &CartCommit,
-) -> Result<CartWritten, StoreError> {
-    commit::check_lease(&mut tx, epoch).await?;
-    if !step(&mut tx, cart).await? {
-        return Ok(CartWritten::Refused { item: None });
-    }
-    let batches: Vec<&Batch> = cart.items.iter().collect();
-    let outcomes = commit::apply_group(&mut tx, &batches)
+    carts: &[&CartCommit],
+) -> Result<Vec<CartWritten>, BatchError> {
+    commit::check_lease(&mut tx, epoch)
         .await
-        .map_err(|e| e.error)?;
-    let refused = outcomes
-        .iter()
-        .position(|outcome| outcome.inserted.iter().any(|inserted| !inserted));
-    if let Some(item) = refused {
-        return Ok(CartWritten::Refused { item: Some(item) });
+        .map_err(BatchError::whole)?;
+    let mut written = Vec::with_capacity(carts.len());
+    for cart in carts {
+        let moved = step(&mut tx, cart).await.map_err(BatchError::whole)?;
+        written.push(if moved {
+            CartWritten::Written
+        } else {
+            CartWritten::Refused
+        });
     }
-    commit::commit(tx).await?;
-    Ok(CartWritten::Written)
+    let stepped: Vec<usize> = (0..carts.len())
+        .filter(|&c| written[c] == CartWritten::Written)
+        .collect();
+    let (merged, origin) = merge(carts, &stepped);
+    let batches: Vec<&Batch> = merged.iter().collect();
+    let outcomes = commit::apply_group(&mut tx, &batches).await.map_err(|e| {
+        // A batch here is several carts' items: none of them alone is to blame.
+        BatchError::whole(e.error)
+    })?;
+    for (&c, holds) in stepped.iter().zip(&origin) {
+        let refused = holds
+            .iter()
+            .position(|&(b, h)| !outcomes[b].inserted.get(h).copied().unwrap_or(true));
+        if let Some(item) = refused {
+            return Err(BatchError {
+                batch: Some(c),
+                error: StoreError::CartItemRefused { item },
+            });
+        }
+    }
+    commit::commit(tx).await.map_err(BatchError::whole)?;
+    Ok(written)
+}
+
+/// Where one item's hold went in the merged batches: the batch and the
+/// hold's place in it.
+type HoldAt = (usize, usize);
+
+/// The items of `carts[stepped]` as one batch per SKU, in SKU order, and
+/// for each of those carts where each item's hold (if it has one) went.
+fn merge(carts: &[&CartCommit], stepped: &[usize]) -> (Vec<Batch>, Vec<Vec<HoldAt>>) {
+    let mut by_sku: BTreeMap<(&str, &str), Batch> = BTreeMap::new();
+    for &c in stepped {
+        for item in &carts[c].items {
+            by_sku
+                .entry((item.tenant.as_str(), item.sku.as_str()))
+                .or_insert_with(|| Batch::new(item.tenant.clone(), item.sku.clone(), item.now_ms));
+        }
+    }
+    let index: BTreeMap<(&str, &str), usize> = by_sku
+        .keys()
+        .enumerate()
+        .map(|(i, key)| (*key, i))
+        .collect();
+    let mut merged: Vec<Batch> = by_sku.into_values().collect();
+    let mut origin = Vec::with_capacity(stepped.len());
+    for &c in stepped {
+        let mut holds = Vec::new();
+        for item in &carts[c].items {
+            let b = index[&(item.tenant.as_str(), item.sku.as_str())];
+            let batch = &mut merged[b];
+            for hold in &item.holds {
+                holds.push((b, batch.holds.len()));
+                batch.holds.push(hold.clone());
+            }
+            batch.transitions.extend(item.transitions.iter().cloned());
+        }
+        origin.push(holds);
+    }
+    (merged, origin)
 }
 
 /// The cart row's step; false if the row is not as the step needs it.

@@ -61,6 +61,13 @@ pub enum StoreError {
     /// or on its standby too.
     #[error("commit outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// A cart's item (by its place in the cart) could not be inserted: its
+    /// user has an active reservation of the SKU. Nothing was written.
+    #[error("the cart's item {item} was refused")]
+    CartItemRefused {
+        /// The item's place in the cart.
+        item: usize,
+    },
 }
 
 /// Why [`Store::commit_all`] committed nothing.
@@ -221,10 +228,14 @@ pub trait Store: Send + Sync + 'static {
         tenant: &Tenant,
         keys: &[RequestKey],
     ) -> Result<Vec<Reservation>, StoreError>;
-    /// Writes a cart's step and its items' rows and counters in one
-    /// transaction, or nothing.
-    async fn commit_cart(&self, epoch: Epoch, cart: &CartCommit)
-        -> Result<CartWritten, StoreError>;
+    /// Writes several carts' steps and their items' rows and counters in
+    /// one transaction, or nothing; a cart whose item was refused is named
+    /// ([`StoreError::CartItemRefused`]).
+    async fn commit_carts(
+        &self,
+        epoch: Epoch,
+        carts: &[&CartCommit],
+    ) -> Result<Vec<CartWritten>, BatchError>;
     /// The cart a tenant's key created.
     async fn cart(&self, tenant: &Tenant, key: &RequestKey) -> Result<Option<Cart>, StoreError>;
     /// Every held cart's tenant, key and expiry (ms since the epoch).

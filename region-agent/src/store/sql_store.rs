@@ -390,13 +390,13 @@ impl Store for SqlStore {
         })
     }
 
-    async fn commit_cart(
+    async fn commit_carts(
         &self,
         epoch: Epoch,
-        cart: &CartCommit,
-    ) -> Result<CartWritten, StoreError> {
-        let tx = self.begin_write().await?;
-        carts::write(tx, epoch, cart).await
+        carts: &[&CartCommit],
+    ) -> Result<Vec<CartWritten>, BatchError> {
+        let tx = self.begin_write().await.map_err(BatchError::whole)?;
+        carts::write(tx, epoch, carts).await
     }
 
     async fn cart(&self, tenant: &Tenant, key: &RequestKey) -> Result<Option<Cart>, StoreError> {
