@@ -1062,8 +1062,10 @@ async fn prune_through_a_sale_under_a_fault_deletes_only_what_ended_long_ago(db:
     let expected: BTreeMap<String, u64> = [
         ("coordinator admin_keys", 0),
         ("coordinator grants", 0),
+        ("eu carts", 0),
         ("eu grants", 0),
         ("eu reservations", OLD_RESERVATIONS),
+        ("us carts", 0),
         ("us grants", 0),
         ("us reservations", OLD_RESERVATIONS),
     ]

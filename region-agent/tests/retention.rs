@@ -26,10 +26,11 @@ async fn prune(api: &Api, older_than_s: u64) -> (StatusCode, Value) {
 }
 
 /// Goal: six holds of 1 s: two confirmed (SOLD), two released, two left to
-/// expire. An hour and a second later, a prune of what ended over an hour
-/// ago deletes exactly the four released or expired ones; the sold ones
-/// stay (the counters are checked against them); a pruned key is unknown
-/// (404) and the audit is clean. A second prune finds nothing; holds newer
+/// expire; and two carts, one released, one confirmed. An hour and a
+/// second later, a prune of what ended over an hour ago deletes exactly
+/// the four released or expired holds and the released cart with its item;
+/// the sold ones stay (the counters are checked against them); a pruned
+/// key is unknown (404) and the audit is clean. A second prune finds nothing; holds newer
 /// than the window are kept.
 async fn prune_deletes_only_what_ended_before_the_window(db: TestDb) {
     let agent = TestAgent::start_manual(&db).await;
@@ -43,6 +44,18 @@ async fn prune_deletes_only_what_ended_before_the_window(db: TestDb) {
                 .0,
             StatusCode::CREATED
         );
+    }
+    for (cart, then) in [("c1", "release"), ("c2", "confirm")] {
+        let body =
+            json!({"request_key": cart, "user_id": format!("u{cart}"), "items": [{"sku": "drop"}]});
+        assert_eq!(
+            api.buyer_post("/v1/carts", body).await.0,
+            StatusCode::CREATED
+        );
+        let (status, _) = api
+            .buyer_post(&format!("/v1/carts/{cart}/{then}"), json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{cart} {then}");
     }
     for (key, action) in [
         ("k0", "confirm"),
@@ -71,19 +84,24 @@ async fn prune_deletes_only_what_ended_before_the_window(db: TestDb) {
 
     let (status, body) = prune(&api, 3_600).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body, json!({"reservations": 4, "grants": 0}));
-    assert_eq!(reservation_keys(&db).await, ["fresh", "k0", "k1"]);
+    assert_eq!(body, json!({"reservations": 5, "grants": 0, "carts": 1}));
+    assert_eq!(
+        reservation_keys(&db).await,
+        ["c2/drop", "fresh", "k0", "k1"]
+    );
+    assert_eq!(api.buyer_get("/v1/carts/c1").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(api.buyer_get("/v1/carts/c2").await.1["status"], "SOLD");
     for key in ["k2", "k3", "k4", "k5"] {
         assert_eq!(api.get(key).await.0, StatusCode::NOT_FOUND, "{key}");
     }
     assert_eq!(api.get("k0").await.1["status"], "SOLD");
     let s = stored(&db, "drop").await;
     assert_balanced(&s);
-    assert_eq!((s.sold, s.held, s.available), (2, 1, 7));
+    assert_eq!((s.sold, s.held, s.available), (3, 1, 6));
     api.assert_no_drift().await;
 
     let (_, again) = prune(&api, 3_600).await;
-    assert_eq!(again, json!({"reservations": 0, "grants": 0}));
+    assert_eq!(again, json!({"reservations": 0, "grants": 0, "carts": 0}));
     agent.stop().await;
 }
 

@@ -13,8 +13,6 @@
 //! nothing for that cart; a hold the database refuses rolls the group back
 //! and names its cart.
 
-use std::collections::BTreeMap;
-
 use escrow_core::cart::{Cart, CartCommit, CartItem, CartStep, CartWritten};
 use escrow_core::{Lifecycle, RequestKey, Status, Tenant, Transition, UserId};
 use service_kit::sql::{sql, Conn, Row, Tx};
@@ -25,10 +23,9 @@ use super::{Batch, BatchError, Epoch, StoreError};
 
 /// Writes `carts` in `tx`, a write transaction, and commits them, or
 /// nothing: each cart's step, then every item of the carts whose step
-/// found their row as it needs, merged into one batch per SKU (so each
-/// counter row moves once, by the sum of its items, and the rows lock in
-/// SKU order). A cart whose item the database refused is named in the
-/// error ([`StoreError::CartItemRefused`]): the caller commits the others
+/// found their row as it needs. A cart whose item the database refused,
+/// or whose item's own write failed, is named in the error (the first
+/// with [`StoreError::CartItemRefused`]): the caller commits the others
 /// again without it.
 pub(super) async fn write(
     mut tx: Tx,
@@ -50,16 +47,24 @@ pub(super) async fn write(
     let stepped: Vec<usize> = (0..carts.len())
         .filter(|&c| written[c] == CartWritten::Written)
         .collect();
-    let (merged, origin) = merge(carts, &stepped);
-    let batches: Vec<&Batch> = merged.iter().collect();
+    // Each item keeps its own batch (its own time decides its transition's
+    // condition); the counters of a SKU move once, by the sum of its
+    // items' moves ([`commit::apply_group`]).
+    let batches: Vec<&Batch> = stepped.iter().flat_map(|&c| &carts[c].items).collect();
     let outcomes = commit::apply_group(&mut tx, &batches).await.map_err(|e| {
-        // A batch here is several carts' items: none of them alone is to blame.
-        BatchError::whole(e.error)
+        let cart = e.batch.map(|b| cart_of(carts, &stepped, b));
+        BatchError {
+            batch: cart,
+            error: e.error,
+        }
     })?;
-    for (&c, holds) in stepped.iter().zip(&origin) {
-        let refused = holds
+    let mut next = 0;
+    for &c in &stepped {
+        let items = &outcomes[next..next + carts[c].items.len()];
+        next += carts[c].items.len();
+        let refused = items
             .iter()
-            .position(|&(b, h)| !outcomes[b].inserted.get(h).copied().unwrap_or(true));
+            .position(|outcome| outcome.inserted.iter().any(|inserted| !inserted));
         if let Some(item) = refused {
             return Err(BatchError {
                 batch: Some(c),
@@ -71,42 +76,17 @@ pub(super) async fn write(
     Ok(written)
 }
 
-/// Where one item's hold went in the merged batches: the batch and the
-/// hold's place in it.
-type HoldAt = (usize, usize);
-
-/// The items of `carts[stepped]` as one batch per SKU, in SKU order, and
-/// for each of those carts where each item's hold (if it has one) went.
-fn merge(carts: &[&CartCommit], stepped: &[usize]) -> (Vec<Batch>, Vec<Vec<HoldAt>>) {
-    let mut by_sku: BTreeMap<(&str, &str), Batch> = BTreeMap::new();
+/// The cart (its place in `carts`) whose items include batch `b` of the
+/// items of `carts[stepped]`, in order.
+fn cart_of(carts: &[&CartCommit], stepped: &[usize], b: usize) -> usize {
+    let mut first = 0;
     for &c in stepped {
-        for item in &carts[c].items {
-            by_sku
-                .entry((item.tenant.as_str(), item.sku.as_str()))
-                .or_insert_with(|| Batch::new(item.tenant.clone(), item.sku.clone(), item.now_ms));
+        first += carts[c].items.len();
+        if b < first {
+            return c;
         }
     }
-    let index: BTreeMap<(&str, &str), usize> = by_sku
-        .keys()
-        .enumerate()
-        .map(|(i, key)| (*key, i))
-        .collect();
-    let mut merged: Vec<Batch> = by_sku.into_values().collect();
-    let mut origin = Vec::with_capacity(stepped.len());
-    for &c in stepped {
-        let mut holds = Vec::new();
-        for item in &carts[c].items {
-            let b = index[&(item.tenant.as_str(), item.sku.as_str())];
-            let batch = &mut merged[b];
-            for hold in &item.holds {
-                holds.push((b, batch.holds.len()));
-                batch.holds.push(hold.clone());
-            }
-            batch.transitions.extend(item.transitions.iter().cloned());
-        }
-        origin.push(holds);
-    }
-    (merged, origin)
+    unreachable!("batch {b} is an item of a stepped cart")
 }
 
 /// The cart row's step; false if the row is not as the step needs it.

@@ -18,7 +18,7 @@
 //! database confirmed is made on a [`Moves`] ledger by escrow-core's own
 //! rules ([`Transition::apply_to_ledger`], [`Ledger::hold`], ...).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use escrow_core::{Ledger, LedgerError, Qty, RequestKey, TransferId, Transition};
 use service_kit::sql::{self, sql, Table, Tx};
@@ -437,28 +437,42 @@ async fn move_counters(
     batches: &[&Batch],
     applied: &[Applied],
 ) -> Result<(), BatchError> {
-    let moving: Vec<usize> = (0..batches.len())
-        .filter(|&b| !applied[b].moves.is_zero())
-        .collect();
-    if moving.is_empty() {
+    // One row of moves per SKU, in SKU order: a counter row is joined to
+    // one row of moves (a group of owners' batches has one per SKU; a
+    // group of carts may have many, summed here), and rows lock in one
+    // order in every transaction.
+    let mut by_sku: BTreeMap<(&str, &str), (usize, [i64; 5])> = BTreeMap::new();
+    for b in (0..batches.len()).filter(|&b| !applied[b].moves.is_zero()) {
+        let moves = &applied[b].moves;
+        let deltas = [
+            moves.of(|l| l.available),
+            moves.of(|l| l.held),
+            moves.of(|l| l.sold),
+            moves.of(|l| l.received),
+            moves.of(|l| l.returned),
+        ];
+        let key = (batches[b].tenant.as_str(), batches[b].sku.as_str());
+        let (_, sum) = by_sku.entry(key).or_insert((b, [0; 5]));
+        for (total, delta) in sum.iter_mut().zip(deltas) {
+            *total += delta;
+        }
+    }
+    if by_sku.is_empty() {
         return Ok(());
     }
-    let column = |counter: fn(&Ledger) -> u64| -> Vec<i64> {
-        moving
-            .iter()
-            .map(|&b| applied[b].moves.of(counter))
-            .collect()
-    };
-    let tenants: Vec<&str> = moving.iter().map(|&b| batches[b].tenant.as_str()).collect();
-    let skus: Vec<&str> = moving.iter().map(|&b| batches[b].sku.as_str()).collect();
+    let moving: Vec<usize> = by_sku.values().map(|(b, _)| *b).collect();
+    let column =
+        |counter: usize| -> Vec<i64> { by_sku.values().map(|(_, sum)| sum[counter]).collect() };
+    let tenants: Vec<&str> = by_sku.keys().map(|(tenant, _)| *tenant).collect();
+    let skus: Vec<&str> = by_sku.keys().map(|(_, sku)| *sku).collect();
     let table = Table::new("d")
         .column("of_tenant", tenants.clone())
         .column("of_sku", skus.clone())
-        .column("available", column(|l| l.available))
-        .column("held", column(|l| l.held))
-        .column("sold", column(|l| l.sold))
-        .column("received", column(|l| l.received))
-        .column("returned", column(|l| l.returned));
+        .column("available", column(0))
+        .column("held", column(1))
+        .column("sold", column(2))
+        .column("received", column(3))
+        .column("returned", column(4));
     let text = format!(
         "UPDATE sku_stock AS s
          SET available = s.available + d.available, held = s.held + d.held,
