@@ -240,25 +240,7 @@ async fn kill_nine_with_carts_in_flight_leaves_no_half_cart(db: TestDb) {
         acknowledged.load(Ordering::SeqCst)
     );
     assert!(unanswered > 0, "the kill landed mid-load");
-    let half = db
-        .int(
-            "SELECT count(*) FROM carts c WHERE c.items <> (SELECT count(*) FROM reservations r
-               WHERE r.tenant = c.tenant AND r.request_key >= c.request_key || '/'
-                 AND r.request_key < c.request_key || '0')",
-        )
-        .await;
-    let orphans = db
-        .int(
-            "SELECT count(*) FROM reservations r WHERE r.request_key LIKE '%/%' AND NOT EXISTS (
-               SELECT 1 FROM carts c WHERE c.tenant = r.tenant
-                 AND r.request_key >= c.request_key || '/' AND r.request_key < c.request_key || '0')",
-        )
-        .await;
-    assert_eq!(
-        (half, orphans),
-        (0, 0),
-        "no half cart, no item without its cart"
-    );
+    assert_carts_whole(&db).await;
     assert_eq!(db.int("SELECT count(*) FROM carts").await, held);
     for sku in ["a", "b", "c"] {
         let s = stored(&db, sku).await;

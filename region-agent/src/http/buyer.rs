@@ -81,12 +81,12 @@ pub struct KeyPath {
     request_key: String,
 }
 
-fn bad(e: impl ToString) -> ApiError {
+pub(super) fn bad(e: impl ToString) -> ApiError {
     ApiError::BadRequest(e.to_string())
 }
 
 /// The caller's tenant, from its key.
-fn tenant_of(state: &AppState, headers: &HeaderMap) -> Result<Tenant, ApiError> {
+pub(super) fn tenant_of(state: &AppState, headers: &HeaderMap) -> Result<Tenant, ApiError> {
     state.auth().tenant(headers).ok_or(ApiError::Unauthorized)
 }
 

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::admin::admin_only;
 use super::bodies::{CartBody, CartOutcome, CartRefusal, NotFoundBody, Outcome, OutcomeBody};
+use super::buyer::{bad, tenant_of};
 use super::error::ApiError;
 use super::failures::{ActFailures, AdminReadFailures, BuyerReadFailures};
 use super::json::{JsonBody, OptionalJsonBody};
@@ -99,12 +100,18 @@ pub struct AdminCartPath {
     request_key: String,
 }
 
-fn bad(e: impl ToString) -> ApiError {
-    ApiError::BadRequest(e.to_string())
-}
-
-fn tenant_of(state: &AppState, headers: &HeaderMap) -> Result<Tenant, ApiError> {
-    state.auth().tenant(headers).ok_or(ApiError::Unauthorized)
+/// C of `tenant`'s cart `key`, as committed, or 404.
+async fn cart_json(
+    state: &AppState,
+    tenant: &Tenant,
+    key: &RequestKey,
+) -> Result<Response, ApiError> {
+    let cart = state
+        .store()
+        .cart(tenant, key)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(CartBody::new(&cart, state.region().as_str())).into_response())
 }
 
 fn cart_outcome(
@@ -276,12 +283,7 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     let tenant = tenant_of(&state, &headers)?;
     let key = RequestKey::parse(&path.request_key).map_err(bad)?;
-    let cart = state
-        .store()
-        .cart(&tenant, &key)
-        .await?
-        .ok_or(ApiError::NotFound)?;
-    Ok(Json(CartBody::new(&cart, state.region().as_str())).into_response())
+    cart_json(&state, &tenant, &key).await
 }
 
 async fn act(
@@ -400,10 +402,5 @@ pub async fn admin_get(
     admin_only(&state, &headers)?;
     let tenant = Tenant::parse(&path.tenant).map_err(bad)?;
     let key = RequestKey::parse(&path.request_key).map_err(bad)?;
-    let cart = state
-        .store()
-        .cart(&tenant, &key)
-        .await?
-        .ok_or(ApiError::NotFound)?;
-    Ok(Json(CartBody::new(&cart, state.region().as_str())).into_response())
+    cart_json(&state, &tenant, &key).await
 }

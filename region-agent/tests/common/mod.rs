@@ -290,3 +290,27 @@ where
     }
     out
 }
+
+/// Asserts that no cart lacks one of its items and no item (a reservation
+/// keyed `{cart}/{sku}`) lacks its cart.
+pub async fn assert_carts_whole(db: &TestDb) {
+    let half = db
+        .int(
+            "SELECT count(*) FROM carts c WHERE c.items <> (SELECT count(*) FROM reservations r
+               WHERE r.tenant = c.tenant AND r.request_key >= c.request_key || '/'
+                 AND r.request_key < c.request_key || '0')",
+        )
+        .await;
+    let orphans = db
+        .int(
+            "SELECT count(*) FROM reservations r WHERE r.request_key LIKE '%/%' AND NOT EXISTS (
+               SELECT 1 FROM carts c WHERE c.tenant = r.tenant
+                 AND r.request_key >= c.request_key || '/' AND r.request_key < c.request_key || '0')",
+        )
+        .await;
+    assert_eq!(
+        (half, orphans),
+        (0, 0),
+        "no half cart, no item without its cart"
+    );
+}
