@@ -163,6 +163,7 @@ impl Agent {
             .collect();
         let (skus, full) = self.reports.to_send(all, &[]);
         let req = SyncRequest {
+            limits: Default::default(),
             epoch: 1,
             seq: self.seq,
             rtt_ms: 1,

@@ -20,7 +20,7 @@ use harness::link::{parse_distances, Distances};
 use harness::process::Binaries;
 use harness::sale::TailSettings;
 use harness::shape::{
-    default_skew, parse_skew, scenario_sale, Sale, Shape, DISTANCE_PRESETS, PRESETS,
+    default_skew, parse_skew, scenario_sale, Sale, Shape, UserLimit, DISTANCE_PRESETS, PRESETS,
 };
 
 /// Benchmarks the region agent's hot path against a naive
@@ -211,6 +211,11 @@ struct TailArgs {
     /// in transit, each region's available and held).
     #[arg(long)]
     timeline: bool,
+    /// The SKU's per-user limit: `region`, or `global` with each buyer's
+    /// home hashed from its id (`global-hashed`: most buy away from home)
+    /// or named by it (`global-named`: everybody buys at home).
+    #[arg(long, value_parser = UserLimit::parse, default_value = "region")]
+    user_limit: UserLimit,
 }
 
 fn seconds(s: f64) -> anyhow::Result<Duration> {
@@ -316,11 +321,9 @@ fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
     if let Some(path) = &args.scenario {
         let scenario = simulations::Scenario::load(path)?;
         anyhow::ensure!(args.cut_s > 0.0, "--cut-s must be positive");
-        return Ok(vec![scenario_sale(
-            path,
-            &scenario,
-            Duration::from_secs_f64(args.cut_s),
-        )?]);
+        let mut sale = scenario_sale(path, &scenario, Duration::from_secs_f64(args.cut_s))?;
+        sale.user_limit = args.user_limit;
+        return Ok(vec![sale]);
     }
     let mut shapes = match args.shape.as_deref() {
         Some("all") => PRESETS
@@ -375,7 +378,14 @@ fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
         shape.retrying_max = Duration::from_secs_f64(args.retry_for_s);
         shape.seed = args.seed;
     }
-    shapes.iter().map(Shape::sale).collect()
+    shapes
+        .iter()
+        .map(|shape| {
+            let mut sale = shape.sale()?;
+            sale.user_limit = args.user_limit;
+            Ok(sale)
+        })
+        .collect()
 }
 
 /// `git describe` of the workspace the binaries were built from.

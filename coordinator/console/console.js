@@ -314,6 +314,8 @@ function renderView(view) {
   $("sku-sold-out").hidden = !soldOut;
   $("sku-mode").textContent = view.mode;
   $("sku-policy").textContent = view.policy + (view.policy_is_default ? " (the default)" : "");
+  $("sku-user-limit").textContent = `${view.max_per_user}, ` +
+    (view.user_limit_scope === "global" ? "across all regions" : "in each region");
   $("sku-updated").textContent = `Read at ${new Date(now).toLocaleTimeString()}`;
 
   $("sku-total").textContent = view.total;

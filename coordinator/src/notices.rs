@@ -15,11 +15,17 @@
 //! and for its news; the news lives in memory, and a region the
 //! coordinator has not seen since it started has "everything" as news, so
 //! nothing a restart forgot is missed.
+//!
+//! And each region has the borrows and loans of the per-user limit across
+//! regions that a watch answer may carry ahead of the sync: loans asked of
+//! it as a home, answers to its borrows. Best effort: the sync answers
+//! all of them anyway, so one lost here costs time, never a place.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use escrow_core::protocol::LimitsDown;
 use escrow_core::{RegionName, Sku, Tenant};
 use tokio::sync::watch;
 
@@ -29,6 +35,10 @@ pub const WATCH_WAIT_MS_MAX: u64 = 1_500;
 
 /// Most SKUs of news kept per region; beyond, its news is "everything".
 pub const NEWS_SKUS_MAX: usize = 4_096;
+
+/// Most borrows and loans kept per region for its watch; beyond, the rest
+/// wait for its sync.
+pub const LIMITS_NEWS_MAX: usize = 1_024;
 
 /// The SKUs with news for one region, by (tenant, sku).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,6 +75,7 @@ pub struct Notices {
     base: u64,
     by_region: Mutex<HashMap<RegionName, watch::Sender<u64>>>,
     news: Mutex<HashMap<RegionName, News>>,
+    limits: Mutex<HashMap<RegionName, LimitsDown>>,
 }
 
 impl Notices {
@@ -75,6 +86,7 @@ impl Notices {
             base,
             by_region: Mutex::new(HashMap::new()),
             news: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -120,6 +132,23 @@ impl Notices {
                 kept.add(key);
             }
         }
+    }
+
+    /// Adds to what `region`'s next watch answer carries of borrows and
+    /// loans (committed already), up to [`LIMITS_NEWS_MAX`] of each kind.
+    pub fn add_limits(&self, region: &RegionName, add: impl FnOnce(&mut LimitsDown)) {
+        let mut map = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = map.entry(region.clone()).or_default();
+        add(kept);
+        kept.answers.truncate(LIMITS_NEWS_MAX);
+        kept.lend_asks.truncate(LIMITS_NEWS_MAX);
+        kept.lend_returns.truncate(LIMITS_NEWS_MAX);
+    }
+
+    /// Takes what `region`'s watch answer carries of borrows and loans.
+    pub fn take_limits(&self, region: &RegionName) -> LimitsDown {
+        let mut map = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(region).unwrap_or_default()
     }
 
     fn sender(&self, region: &RegionName) -> watch::Sender<u64> {

@@ -133,6 +133,7 @@ async fn an_admin_runs_a_sale(db: TestDb, chromium: PathBuf, driver: PathBuf) {
     assert_panels_keep_apart(page, "a SKU open, two in the list").await;
     reads(page, "#sku-sold", "20").await;
     reads(page, "#sku-total", "20").await;
+    reads(page, "#sku-user-limit", "1, in each region").await;
     reads(page, "#sku-available", "0").await;
     shows(page, "#sku-sold-out", "Sold out").await;
     assert_eq!(bars_sum(page, "sold").await, TOTAL);

@@ -257,6 +257,7 @@ impl Cluster {
             sku: "drop".to_owned(),
             progress: None,
             witness: Some(history.witness(&names)),
+            home_prefixes: None,
         };
         let history = history.clone();
         let admin = self.admin.clone();

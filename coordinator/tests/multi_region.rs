@@ -24,69 +24,6 @@ coordinator_tests!(
     forty_carts_in_two_regions_race_for_one_unit,
 );
 
-const REGIONS: [&str; 3] = ["eu", "us", "ap"];
-
-struct Cluster {
-    coord: Coord,
-    admin: Api,
-    agents: Vec<Agent>,
-    _dbs: Vec<TestDb>,
-}
-
-async fn cluster(db: &TestDb, fault_seed: Option<u64>) -> Cluster {
-    let coord = Coord::start(db, None).await;
-    let admin = Api::new(&coord.url);
-    let mut dbs = Vec::new();
-    let mut agents = Vec::new();
-    for (i, region) in REGIONS.iter().enumerate() {
-        let region_db = agent_db(db, region).await;
-        agents.push(
-            Agent::start(
-                &region_db,
-                region,
-                &coord.url,
-                fault_seed.map(|s| s + i as u64),
-            )
-            .await,
-        );
-        dbs.push(region_db);
-    }
-    Cluster {
-        coord,
-        admin,
-        agents,
-        _dbs: dbs,
-    }
-}
-
-impl Cluster {
-    async fn stop(self) {
-        for agent in self.agents {
-            agent.stop().await;
-        }
-        self.coord.stop().await;
-    }
-
-    fn messages(&self) -> u64 {
-        self.agents.iter().map(|a| a.wire.messages()).sum()
-    }
-
-    /// Puts tenant acme's `sku` at the coordinator as `spec` says.
-    async fn put_sku(&self, sku: &str, spec: Value) -> (StatusCode, Value) {
-        self.admin.put_sku("acme", sku, spec).await
-    }
-
-    /// Waits until every unit of `sku` granted to a region has arrived.
-    async fn grants_delivered(&self, sku: &str) {
-        eventually(
-            "initial grants delivered",
-            Duration::from_secs(20),
-            async || self.admin.admin_sku("acme", sku).await["in_transit"] == 0,
-        )
-        .await;
-    }
-}
-
 /// The sum of `field` over the regions of an audit's SKU line.
 fn regions_sum(sku: &Value, field: &str) -> i64 {
     let regions = sku["regions"].as_object().unwrap();
@@ -397,7 +334,7 @@ async fn coordinator_outage_pauses_only_central_skus(db: TestDb) {
         coord,
         admin,
         agents,
-        _dbs,
+        dbs: _dbs,
     } = c;
     coord.stop().await;
     let eu = agents[0].buyer();

@@ -23,6 +23,7 @@ const COORDINATOR_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/regions/{region}/sync"),
     ("post", "/v1/regions/{region}/take"),
     ("post", "/v1/regions/{region}/watch"),
+    ("post", "/v1/regions/{region}/limits"),
 ];
 
 /// Goal: a client (or a fuzzer) reading `/openapi.json` sees an OpenAPI

@@ -23,6 +23,9 @@ pub struct NewHold {
     pub qty: Qty,
     /// Expiry, ms since the epoch.
     pub expires_at_ms: u64,
+    /// The borrowed place the hold uses, if its user is at home elsewhere
+    /// ([`crate::user_limit`]): marked used in the same commit.
+    pub borrow: Option<TransferId>,
 }
 
 impl NewHold {

@@ -212,6 +212,7 @@ mod tests {
                             && !book.reservations().any(|r| r.user_id == user && r.status.is_active());
                         let mut b = batch(now);
                         b.holds.push(NewHold {
+                            borrow: None,
                             request_key: key(k),
                             user_id: user,
                             qty,
@@ -267,6 +268,7 @@ mod tests {
         book.ledger.receive(1);
         let mut b = batch(0);
         b.holds.push(NewHold {
+            borrow: None,
             request_key: key(1),
             user_id: UserId::parse("u").unwrap(),
             qty: Qty::ONE,

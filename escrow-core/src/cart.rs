@@ -14,12 +14,12 @@
 //! its items' rows, guarded by the cart row's status and expiry, so a
 //! confirm racing the expiry settles every item the same way, once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use crate::batch::{Batch, NewHold};
-use crate::ids::{Qty, RequestKey, Sku, Tenant, TtlMs, UserId};
+use crate::ids::{Qty, RequestKey, Sku, Tenant, TransferId, TtlMs, UserId};
 use crate::owner::ReserveReply;
 use crate::reservation::{Lifecycle, Status, Transition, Verdict};
 
@@ -80,6 +80,10 @@ pub struct Cart {
     pub lifecycle: Lifecycle,
     /// Its items, in SKU order ([`checked_items`]).
     pub items: Vec<CartItem>,
+    /// The places its items hold on, borrowed from the user's home region
+    /// under a global per-user limit, by SKU: the cart's first commit
+    /// marks them used. Not stored with the cart.
+    pub borrows: BTreeMap<Sku, TransferId>,
 }
 
 impl Cart {
@@ -99,6 +103,7 @@ impl Cart {
                 extended: false,
             },
             items,
+            borrows: BTreeMap::new(),
         }
     }
 
@@ -125,6 +130,7 @@ impl Cart {
                     user_id: self.user_id.clone(),
                     qty: item.qty,
                     expires_at_ms: self.lifecycle.expires_at_ms,
+                    borrow: self.borrows.get(&item.sku).cloned(),
                 });
                 batch
             })

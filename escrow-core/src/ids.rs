@@ -10,6 +10,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::user_limit::UserLimitScope;
+
 /// Longest identifier accepted (tenant, sku, user id, request key).
 pub const ID_LEN_MAX: usize = 128;
 /// Longest region name accepted.
@@ -153,6 +155,10 @@ ident!(
 /// no identifier character, so no buyer's key is ever an item's.
 const CART_ITEM_SEPARATOR: char = '/';
 
+/// What a loan's key starts with ([`RequestKey::lend`]): the separator
+/// first, so it is neither a buyer's key nor a cart item's.
+const LEND_PREFIX: &str = "/lend/";
+
 impl RequestKey {
     /// The key of `sku`'s item in the cart `cart`: `{cart}/{sku}`, the key
     /// its reservation row is stored under.
@@ -160,14 +166,23 @@ impl RequestKey {
         Self(format!("{cart}{CART_ITEM_SEPARATOR}{sku}"))
     }
 
+    /// The key of the row by which a home region lends a user's place to
+    /// the borrow `id` ([`crate::user_limit`]): `/lend/{id}`.
+    pub fn lend(id: &TransferId) -> Self {
+        Self(format!("{LEND_PREFIX}{id}"))
+    }
+
     /// The key of the cart this key is an item of, if it is one.
     pub fn cart(&self) -> Option<&str> {
         self.0.split_once(CART_ITEM_SEPARATOR).map(|(cart, _)| cart)
     }
 
-    /// Parses a stored key: a buyer's, or a cart item's
-    /// ([`Self::cart_item`]).
+    /// Parses a stored key: a buyer's, a cart item's ([`Self::cart_item`])
+    /// or a loan's ([`Self::lend`]).
     pub fn parse_stored(raw: &str) -> Result<Self, IdError> {
+        if let Some(id) = raw.strip_prefix(LEND_PREFIX) {
+            return Ok(Self::lend(&TransferId::parse(id)?));
+        }
         match raw.split_once(CART_ITEM_SEPARATOR) {
             Some((cart, sku)) => Ok(Self::cart_item(&Self::parse(cart)?, &Sku::parse(sku)?)),
             None => Self::parse(raw),
@@ -210,6 +225,21 @@ impl RegionName {
     /// The region name as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl TryFrom<String> for RegionName {
+    type Error = IdError;
+
+    fn try_from(raw: String) -> Result<Self, IdError> {
+        Self::parse(&raw)
+    }
+}
+
+impl<'de> Deserialize<'de> for RegionName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
     }
 }
 
@@ -289,6 +319,8 @@ pub struct SkuSettings {
     pub max_per_user: u32,
     /// Hold duration when the buyer does not ask for one.
     pub hold_ttl: TtlMs,
+    /// Whether the per-user limit counts each region or all of them.
+    pub user_limit_scope: UserLimitScope,
 }
 
 impl SkuSettings {
@@ -316,7 +348,16 @@ impl SkuSettings {
         Ok(Self {
             max_per_user,
             hold_ttl,
+            user_limit_scope: UserLimitScope::Region,
         })
+    }
+
+    /// These settings with `scope`.
+    pub fn with_scope(self, scope: UserLimitScope) -> Self {
+        Self {
+            user_limit_scope: scope,
+            ..self
+        }
     }
 }
 
@@ -325,6 +366,7 @@ impl Default for SkuSettings {
         Self {
             max_per_user: 1,
             hold_ttl: TtlMs(HOLD_TTL_MS_DEFAULT),
+            user_limit_scope: UserLimitScope::Region,
         }
     }
 }

@@ -28,8 +28,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{Sku, Tenant, TransferId};
+use crate::ids::{RegionName, Sku, Tenant, TransferId, UserId};
 use crate::policy::Mode;
+use crate::user_limit::UserLimitScope;
 
 /// An agent sends a full sync (every SKU reported, every directive
 /// answered) at least once in this many syncs, so a view the coordinator
@@ -128,6 +129,9 @@ pub struct SyncRequest {
     pub acks: Vec<TransferId>,
     /// Returns the agent debited and has not seen applied.
     pub returns: Vec<TransferMsg>,
+    /// Borrowed and lent places under a global per-user limit.
+    #[serde(default, skip_serializing_if = "LimitsUp::is_empty")]
+    pub limits: LimitsUp,
     /// `skus` lists every SKU, and the answer carries a directive for every
     /// SKU of the region. Absent means true: an agent that does not say
     /// sends every SKU.
@@ -161,6 +165,14 @@ pub struct SkuDirective {
     /// Nothing is free anywhere: answer SOLD_OUT without asking.
     #[serde(alias = "sold_out")]
     pub sold_out_everywhere: bool,
+    /// Whether the per-user limit counts each region or all of them.
+    #[serde(default)]
+    pub user_limit_scope: UserLimitScope,
+    /// Under a `global` scope, every region of the SKU, sorted: what a
+    /// user's home region is chosen among ([`crate::user_limit::home_region`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub limit_regions: Vec<RegionName>,
 }
 
 /// Coordinator -> agent, the answer to a [`SyncRequest`].
@@ -181,6 +193,110 @@ pub struct SyncResponse {
     /// units of, per SKU with a grant listed here, and per SKU whose
     /// directive changed since this region's last sync.
     pub skus: Vec<SkuDirective>,
+    /// Answers to the region's borrows, and loans asked of it as a home.
+    #[serde(default, skip_serializing_if = "LimitsDown::is_empty")]
+    pub limits: LimitsDown,
+}
+
+/// A user's place under a SKU's global per-user limit, borrowed from the
+/// user's home region by the region where the user buys
+/// ([`crate::user_limit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Borrow {
+    /// Chosen by the borrowing region, never reused: the home lends under
+    /// it at most once.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: TransferId,
+    /// The SKU's tenant.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "acme"))]
+    pub tenant: Tenant,
+    /// The SKU.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "drop"))]
+    pub sku: Sku,
+    /// The buyer.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub user_id: UserId,
+    /// The user's home region, which lends the place.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "us"))]
+    pub home: RegionName,
+}
+
+/// Whether a home region lent the place a borrow asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LendAnswer {
+    /// The borrow's id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: TransferId,
+    /// Lent (the user held nothing there), or refused (the user holds or
+    /// has lent their place already).
+    pub lent: bool,
+}
+
+/// Agent -> coordinator, in a sync: the agent's borrows and its loans.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LimitsUp {
+    /// As a borrower: places asked for and not yet answered or used.
+    #[serde(default)]
+    pub asks: Vec<Borrow>,
+    /// As a borrower: places to give back (the hold ended unsold, or was
+    /// never made), until the coordinator says they are back.
+    #[serde(default)]
+    pub returns: Vec<Borrow>,
+    /// As a home: decisions on loans the coordinator asked for, each
+    /// durable in the agent's database before it is sent.
+    #[serde(default)]
+    pub answers: Vec<LendAnswer>,
+    /// As a home: loans the coordinator asked back that are back.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub returned: Vec<TransferId>,
+}
+
+impl LimitsUp {
+    /// Whether there is nothing to say.
+    pub fn is_empty(&self) -> bool {
+        self.asks.is_empty()
+            && self.returns.is_empty()
+            && self.answers.is_empty()
+            && self.returned.is_empty()
+    }
+}
+
+/// Coordinator -> agent, in a sync's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LimitsDown {
+    /// As a borrower: the home's answers to the request's asks that have one.
+    #[serde(default)]
+    pub answers: Vec<LendAnswer>,
+    /// As a borrower: the request's returns that are complete (the home
+    /// took its place back, or never lent it); the agent may forget them.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub returned: Vec<TransferId>,
+    /// As a home: loans to decide (every one still undecided).
+    #[serde(default)]
+    pub lend_asks: Vec<Borrow>,
+    /// As a home: loans to take back (every one not yet confirmed back).
+    #[serde(default)]
+    pub lend_returns: Vec<Borrow>,
+}
+
+impl LimitsDown {
+    /// Whether there is nothing to say.
+    pub fn is_empty(&self) -> bool {
+        self.answers.is_empty()
+            && self.returned.is_empty()
+            && self.lend_asks.is_empty()
+            && self.lend_returns.is_empty()
+    }
 }
 
 /// Agent -> coordinator, held open: "wake me when you have something for me".
@@ -225,6 +341,10 @@ pub struct WatchResponse {
     /// coordinator leaves everything to the sync).
     #[serde(default)]
     pub skus: Vec<SkuDirective>,
+    /// Loans asked of the region and answers to its borrows since its last
+    /// watch answer, ahead of the sync that answers them all again.
+    #[serde(default, skip_serializing_if = "LimitsDown::is_empty")]
+    pub limits: LimitsDown,
 }
 
 /// Agent -> coordinator: units a buyer needs now that the region lacks.

@@ -103,6 +103,7 @@ mod tests {
 
     fn request(skus: Vec<SkuReport>, full: bool) -> SyncRequest {
         SyncRequest {
+            limits: Default::default(),
             epoch: 1,
             seq: 1,
             rtt_ms: 0,

@@ -142,6 +142,11 @@ enum SkuCall {
         /// Default hold duration in ms.
         #[arg(long)]
         hold_ttl_ms: Option<u64>,
+        /// Whose rows the per-user limit counts: each region's own
+        /// (`region`, the default) or all regions' together (`global`);
+        /// chosen when the SKU is created.
+        #[arg(long, value_parser = ["region", "global"])]
+        user_limit_scope: Option<String>,
         /// Rebalancing policy: tail-merge, refill, proportional, static or
         /// central (default: the coordinator's `--policy`).
         #[arg(long)]
@@ -351,6 +356,7 @@ fn sku_table(sku: &Value) -> String {
         "in transit",
         "mode",
         "policy",
+        "per user",
         "paused",
         "drift",
     ]);
@@ -361,6 +367,11 @@ fn sku_table(sku: &Value) -> String {
         cell(&sku["in_transit"]),
         cell(&sku["mode"]),
         cell(&sku["policy"]),
+        format!(
+            "{} ({})",
+            cell(&sku["max_per_user"]),
+            cell(&sku["user_limit_scope"])
+        ),
         cell(&sku["paused"]),
         cell(&sku["drift"]),
     ]);
@@ -473,6 +484,7 @@ async fn sku(api: &Api, command: SkuCall) -> anyhow::Result<(Value, String)> {
             regions,
             max_per_user,
             hold_ttl_ms,
+            user_limit_scope,
             policy,
             settings: set,
         } => {
@@ -485,6 +497,9 @@ async fn sku(api: &Api, command: SkuCall) -> anyhow::Result<(Value, String)> {
             }
             if let Some(t) = hold_ttl_ms {
                 body["hold_ttl_ms"] = json!(t);
+            }
+            if let Some(scope) = user_limit_scope {
+                body["user_limit_scope"] = json!(scope);
             }
             if let Some(p) = policy {
                 body["policy"] = json!(p);

@@ -107,6 +107,22 @@ async fn subcommands_and_audit_exit_status(db: TestDb) {
         ),
         (Some(112), Some(2))
     );
+    assert_eq!(json(&out)["user_limit_scope"], "region");
+    let out = ctl(
+        &url,
+        "sku put acme/limited --total 10 --user-limit-scope global",
+    )
+    .await;
+    assert_success(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 (global)"));
+    let out = ctl(&url, "--json sku show acme/limited").await;
+    assert_eq!(json(&out)["user_limit_scope"], "global");
+    let out = ctl(
+        &url,
+        "sku put acme/limited --total 10 --user-limit-scope region",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "a scope is chosen at creation");
     assert!(ctl(&url, "regions").await.status.success());
 
     // All units in the pool, no region: nothing can be stale, drift 0.

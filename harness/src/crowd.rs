@@ -54,6 +54,9 @@ pub struct Crowd {
     pub progress: Option<Arc<Progress>>,
     /// Who is told of every reserve and its answer, if anyone.
     pub witness: Option<Arc<dyn Witness>>,
+    /// With one name per region, each buyer's id starts with its region's
+    /// (`eu:u...`): under a global per-user limit, its home.
+    pub home_prefixes: Option<Vec<String>>,
 }
 
 /// Told of every reserve a buyer sends, as its answer comes: a test's
@@ -285,6 +288,7 @@ struct Shared {
     sku: String,
     progress: Option<Arc<Progress>>,
     witness: Option<Arc<dyn Witness>>,
+    home_prefixes: Option<Vec<String>>,
 }
 
 impl Shared {
@@ -325,6 +329,7 @@ pub async fn run(
         sku: crowd.sku,
         progress: crowd.progress,
         witness: crowd.witness,
+        home_prefixes: crowd.home_prefixes,
     });
     let mut tasks = JoinSet::new();
     for (index, &arrival) in arrivals.iter().enumerate() {
@@ -371,8 +376,12 @@ async fn buyer(
     patience: Patience,
 ) -> BuyerLog {
     let key = request_key(&shared.run_id, index);
+    let home = match &shared.home_prefixes {
+        Some(names) => format!("{}:", names[usize::from(arrival.region)]),
+        None => String::new(),
+    };
     let body = Bytes::from(format!(
-        r#"{{"request_key":"{key}","user_id":"u{key}","sku":"{}","qty":{}}}"#,
+        r#"{{"request_key":"{key}","user_id":"{home}u{key}","sku":"{}","qty":{}}}"#,
         shared.sku, arrival.qty
     ));
     let pool = &shared.pools[usize::from(arrival.region)];

@@ -67,6 +67,10 @@ pub struct Counters {
     pub take_path_holds: f64,
     /// Sum of the agents' `escrow_holds_total{path="local"}`.
     pub local_path_holds: f64,
+    /// Sum of the agents' `escrow_borrows_total{outcome="lent"}`: places
+    /// borrowed from a home region under a global per-user limit (a
+    /// round trip to the coordinator and the home while the buyer waited).
+    pub borrowed: f64,
 }
 
 impl Counters {
@@ -82,6 +86,7 @@ impl Counters {
             agent_holds: 0.0,
             take_path_holds: 0.0,
             local_path_holds: 0.0,
+            borrowed: 0.0,
         };
         if counters.take_granted_units.is_none() && counters.takes == 0.0 {
             counters.take_granted_units = Some(0.0);
@@ -98,6 +103,8 @@ impl Counters {
                 |p| series_sum(&text, "escrow_holds_total", Some(("path", p))).unwrap_or(0.0);
             counters.take_path_holds += path("take");
             counters.local_path_holds += path("local");
+            counters.borrowed +=
+                series_sum(&text, "escrow_borrows_total", Some(("outcome", "lent"))).unwrap_or(0.0);
         }
         Ok(counters)
     }
@@ -113,6 +120,7 @@ impl Counters {
             tail_merges: self.tail_merges - earlier.tail_merges,
             take_path_holds: self.take_path_holds - earlier.take_path_holds,
             local_path_holds: self.local_path_holds - earlier.local_path_holds,
+            borrowed: self.borrowed - earlier.borrowed,
         }
     }
 }

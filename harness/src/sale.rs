@@ -22,7 +22,7 @@ use crate::link::Distances;
 use crate::metrics::Counters;
 use crate::process::Binaries;
 use crate::sampler::{self, Origin, SkuView};
-use crate::shape::{Sale, HOLD_TTL_MS};
+use crate::shape::{Sale, UserLimit, HOLD_TTL_MS};
 
 /// The SKU every sale sells.
 pub const SKU: &str = "tail";
@@ -116,6 +116,7 @@ pub fn crowd(settings: &TailSettings, cluster: &Cluster, progress: Option<Arc<Pr
         sku: SKU.to_owned(),
         progress,
         witness: None,
+        home_prefixes: None,
     }
 }
 
@@ -126,6 +127,11 @@ pub async fn buy(crowd: Crowd, sale: &Sale, origin: Origin) -> anyhow::Result<Ve
         crowd.agents.len() == sale.regions.len(),
         "one agent per region"
     );
+    let crowd = Crowd {
+        home_prefixes: (sale.user_limit == UserLimit::GlobalNamed)
+            .then(|| sale.regions.iter().map(|r| r.name.clone()).collect()),
+        ..crowd
+    };
     crowd::run(crowd, &sale.arrivals, &sale.patience, origin)
         .await
         .context("running the buyers")
@@ -198,11 +204,16 @@ async fn put_sku(cluster: &Cluster, sale: &Sale) -> anyhow::Result<()> {
         .iter()
         .map(|r| (r.name.clone(), json!(r.weight)))
         .collect();
+    let scope = match sale.user_limit {
+        UserLimit::Region => "region",
+        UserLimit::GlobalHashed | UserLimit::GlobalNamed => "global",
+    };
     let body = json!({
         "total": sale.units,
         "regions": weights,
         "max_per_user": sale.max_per_user,
         "hold_ttl_ms": HOLD_TTL_MS,
+        "user_limit_scope": scope,
     });
     let coordinator = cluster.coordinator_addr();
     let (status, answer) =

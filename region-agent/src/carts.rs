@@ -14,17 +14,18 @@
 //! Each of these runs in a task of its own, never in a request's future:
 //! a client that goes away leaves no units set aside.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use escrow_core::cart::{first_refusal, Cart, CartAction, CartCommit, CartItem, CartWritten};
 use escrow_core::owner::{gate, CartEnd};
 use escrow_core::{
-    Deadline, RequestKey, Sku, SkuSettings, Status, Tenant, Transition, TtlMs, UserId,
+    Deadline, RequestKey, Sku, SkuSettings, Status, Tenant, TransferId, Transition, TtlMs, UserId,
 };
 use tokio::sync::{oneshot, Notify};
 
+use crate::borrows::{place, Place};
 use crate::committer::answered;
 use crate::owner::{Command, PauseReason, ReserveReply, ReserveRequest};
 use crate::state::AppState;
@@ -196,13 +197,97 @@ async fn hold_in_task(state: AppState, tenant: Tenant, request: HoldRequest) -> 
     if let Some((index, reply)) = first_refusal(&gates) {
         return refusal(index, reply);
     }
+    let borrows = match borrow_places(&state, &tenant, &request).await {
+        Ok(borrows) => borrows,
+        Err(refused) => return refused,
+    };
+    let reply = hold_items(&state, &tenant, &request, &borrows).await;
+    if !matches!(reply, HoldReply::Held(_)) {
+        for id in borrows.values() {
+            if let Err(error) = state.borrows().give_back(&state, id).await {
+                tracing::warn!(%error, "giving back a cart item's borrowed place failed");
+            }
+        }
+    }
+    reply
+}
 
+/// The places the cart's items hold on that its user must borrow from
+/// their home region (items of SKUs with a global per-user limit, bought
+/// away from home), by SKU; or the answer to the whole cart when one of
+/// them cannot be had (everything borrowed so far is given back).
+async fn borrow_places(
+    state: &AppState,
+    tenant: &Tenant,
+    request: &HoldRequest,
+) -> Result<BTreeMap<Sku, TransferId>, HoldReply> {
+    let mut borrows = BTreeMap::new();
+    let mut refused = None;
+    for (index, item) in request.items.iter().enumerate() {
+        let Some(handle) = state.registry().get(tenant, &item.sku) else {
+            refused = Some(HoldReply::Refused(ReserveReply::Paused(
+                PauseReason::Halted,
+            )));
+            break;
+        };
+        let key = RequestKey::cart_item(&request.key, &item.sku);
+        match place(
+            state,
+            &handle.view,
+            tenant,
+            &item.sku,
+            &request.user_id,
+            &key,
+        )
+        .await
+        {
+            Ok(Place::Here) => {}
+            Ok(Place::Borrowed(id)) => {
+                borrows.insert(item.sku.clone(), id);
+            }
+            Ok(Place::Taken) => {
+                refused = Some(match existing(state, tenant, request).await {
+                    Ok(Some(reply)) => reply,
+                    Ok(None) => HoldReply::UserLimit(index),
+                    Err(_) => HoldReply::Refused(ReserveReply::Paused(PauseReason::Storage)),
+                });
+                break;
+            }
+            Err(reason) => {
+                refused = Some(HoldReply::Refused(ReserveReply::Paused(reason)));
+                break;
+            }
+        }
+    }
+    match refused {
+        None => Ok(borrows),
+        Some(reply) => {
+            for id in borrows.values() {
+                if let Err(error) = state.borrows().give_back(state, id).await {
+                    tracing::warn!(%error, "giving back a cart item's borrowed place failed");
+                }
+            }
+            Err(reply)
+        }
+    }
+}
+
+/// Sets the cart's items aside with their owners and writes the cart,
+/// its items holding on `borrows` where they borrowed.
+async fn hold_items(
+    state: &AppState,
+    tenant: &Tenant,
+    request: &HoldRequest,
+    borrows: &BTreeMap<Sku, TransferId>,
+) -> HoldReply {
+    let (state, tenant) = (state.clone(), tenant.clone());
     let now_ms = state.now_ms();
     let deadline = Deadline::after(now_ms, state.wait_timeout_ms());
     let mut answers = Vec::with_capacity(request.items.len());
     for item in &request.items {
         let (tx, rx) = oneshot::channel();
         let set_aside = ReserveRequest {
+            borrow: None,
             request_key: RequestKey::cart_item(&request.key, &item.sku),
             user_id: request.user_id.clone(),
             qty: item.qty,
@@ -237,22 +322,23 @@ async fn hold_in_task(state: AppState, tenant: Tenant, request: HoldRequest) -> 
         })
         .collect();
     if let Some((index, reply)) = first_refusal(&refused) {
-        end_items(&state, &tenant, &request, &set_aside, CartEnd::Dropped).await;
+        end_items(&state, &tenant, request, &set_aside, CartEnd::Dropped).await;
         return refusal(index, reply);
     }
 
     let now_ms = state.now_ms();
-    let cart = Cart::held(
+    let mut cart = Cart::held(
         request.key.clone(),
         request.user_id.clone(),
         request.items.clone(),
         now_ms + request.ttl.get(),
     );
+    cart.borrows = borrows.clone();
     let commit = CartCommit::create(&tenant, cart, now_ms);
     let written = state.cart_committer().commit(commit.clone()).await;
     match written {
         Ok(CartWritten::Written) => {
-            end_items(&state, &tenant, &request, &set_aside, CartEnd::Held).await;
+            end_items(&state, &tenant, request, &set_aside, CartEnd::Held).await;
             held(&state, &tenant, &commit.cart);
             HoldReply::Held(commit.cart)
         }
@@ -261,8 +347,8 @@ async fn hold_in_task(state: AppState, tenant: Tenant, request: HoldRequest) -> 
                 Err(StoreError::CartItemRefused { item }) => Some(item),
                 _ => None,
             };
-            end_items(&state, &tenant, &request, &set_aside, CartEnd::Dropped).await;
-            match existing(&state, &tenant, &request).await {
+            end_items(&state, &tenant, request, &set_aside, CartEnd::Dropped).await;
+            match existing(&state, &tenant, request).await {
                 Ok(Some(reply)) => reply,
                 Ok(None) => match item {
                     Some(index) => HoldReply::UserLimit(index),
@@ -273,13 +359,13 @@ async fn hold_in_task(state: AppState, tenant: Tenant, request: HoldRequest) -> 
         }
         Err(StoreError::Fenced) => {
             state.fence().set_fenced();
-            end_items(&state, &tenant, &request, &set_aside, CartEnd::Dropped).await;
+            end_items(&state, &tenant, request, &set_aside, CartEnd::Dropped).await;
             HoldReply::Refused(ReserveReply::Paused(PauseReason::Halted))
         }
         Err(error) => {
             tracing::error!(%tenant, key = %request.key, %error,
                 "a cart's commit failed or its outcome is unknown; settling it from the database");
-            settle(&state, &tenant, &request, &set_aside).await
+            settle(&state, &tenant, request, &set_aside).await
         }
     }
 }

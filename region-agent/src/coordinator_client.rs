@@ -1,7 +1,8 @@
 //! The agent's line to the coordinator, behind a trait.
 //!
-//! The agent always initiates: a sync on a schedule and a take when a buyer
-//! needs units the region lacks. [`HttpCoordinator`] speaks HTTP with
+//! The agent always initiates: a sync on a schedule, a take when a buyer
+//! needs units the region lacks, and a limits call when a borrow or a loan
+//! should not wait for the next sync. [`HttpCoordinator`] speaks HTTP with
 //! reqwest; tests wrap it to duplicate, delay, reorder and lose messages.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use escrow_core::protocol::{
-    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest,
+    WatchResponse,
 };
 use escrow_core::RegionName;
 use tokio::sync::Notify;
@@ -41,6 +43,9 @@ pub trait CoordinatorClient: Send + Sync + 'static {
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError>;
     /// Wait (bounded) for the coordinator to have news for this region.
     async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError>;
+    /// Borrows and loans of the per-user limit across regions, at once,
+    /// ahead of the next sync (which carries them again).
+    async fn limits(&self, req: &LimitsUp) -> Result<LimitsDown, ClientError>;
 }
 
 /// The coordinator over HTTP.
@@ -113,6 +118,10 @@ impl CoordinatorClient for HttpCoordinator {
 
     async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError> {
         self.post("watch", req).await
+    }
+
+    async fn limits(&self, req: &LimitsUp) -> Result<LimitsDown, ClientError> {
+        self.post("limits", req).await
     }
 }
 

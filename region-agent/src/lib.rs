@@ -11,8 +11,11 @@
 //! - [`store`]: persistence behind a narrow trait; PostgreSQL or SQLite.
 //! - [`http`]: buyer, admin and operations endpoints.
 //! - [`state`]: what every handler and loop shares ([`AppState`]).
+//! - [`borrows`]: places borrowed from and lent to other regions under a
+//!   global per-user limit.
 
 pub mod auth;
+pub mod borrows;
 pub mod cart_committer;
 pub mod carts;
 pub mod clock;
@@ -36,6 +39,7 @@ use service_kit::Shutdown;
 use tokio::net::TcpListener;
 
 use crate::auth::Auth;
+use crate::borrows::Borrows;
 use crate::cart_committer::CartCommitter;
 use crate::clock::Clock;
 use crate::committer::Committer;
@@ -156,6 +160,7 @@ pub async fn start(
         keys,
         registry,
         cart_expiry: Arc::default(),
+        borrows: Borrows::default(),
         cart_committer,
         limits: settings.limits,
         link: settings.coordinator.clone(),

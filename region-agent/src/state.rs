@@ -9,6 +9,7 @@ use std::sync::Arc;
 use escrow_core::RegionName;
 
 use crate::auth::Auth;
+use crate::borrows::Borrows;
 use crate::cart_committer::CartCommitter;
 use crate::carts::CartExpiry;
 use crate::clock::Clock;
@@ -33,6 +34,7 @@ pub(crate) struct Parts {
     pub(crate) keys: Arc<KnownKeys>,
     pub(crate) registry: Registry,
     pub(crate) cart_expiry: Arc<CartExpiry>,
+    pub(crate) borrows: Borrows,
     pub(crate) cart_committer: CartCommitter,
     pub(crate) limits: Limits,
     pub(crate) link: Option<Arc<CoordinatorLink>>,
@@ -103,6 +105,10 @@ impl AppState {
     /// Held carts by expiry.
     pub fn cart_expiry(&self) -> &CartExpiry {
         &self.0.cart_expiry
+    }
+    /// Places borrowed from and lent to other regions.
+    pub fn borrows(&self) -> &Borrows {
+        &self.0.borrows
     }
     /// How long a request may wait in an owner's queue.
     pub fn wait_timeout_ms(&self) -> u64 {

@@ -44,6 +44,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
         state.fence().epoch().0,
         stop.clone(),
     ));
+    tokio::spawn(crate::borrows::relay(state.clone(), stop.clone()));
     let mut seq = 0u64;
     let mut rtt_ms = 0u64;
     let mut reports = Reports::default();
@@ -81,6 +82,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             .collect();
         let (skus, full) = reports.to_send(all, &snapshot.pending_returns);
         let req = SyncRequest {
+            limits: state.borrows().to_send(&snapshot),
             epoch: state.fence().epoch().0,
             seq,
             rtt_ms,
@@ -93,6 +95,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
         match link.client.sync(&req).await {
             Ok(resp) => {
                 reports.answered(&req);
+                state.borrows().sent(&req.limits);
                 rtt_ms = started.elapsed().as_millis() as u64;
                 link.set_down(false);
                 apply(&state, resp).await;
@@ -135,6 +138,11 @@ async fn watch_notices(
         tokio::select! {
             answer = link.client.watch(&req) => match answer {
                 Ok(resp) => {
+                    if !resp.limits.is_empty() {
+                        if let Err(error) = state.borrows().apply(&state, resp.limits).await {
+                            tracing::warn!(%error, "applying borrows and loans failed");
+                        }
+                    }
                     if resp.notice != seen {
                         seen = resp.notice;
                         hand_to_owners(&state, resp.skus, resp.grants).await;
@@ -159,6 +167,9 @@ async fn watch_notices(
 
 async fn apply(state: &AppState, resp: SyncResponse) {
     hand_to_owners(state, resp.skus, resp.grants).await;
+    if let Err(error) = state.borrows().apply(state, resp.limits).await {
+        tracing::warn!(%error, "applying borrows and loans failed");
+    }
     if let Err(error) = state.store().confirm_grants(&resp.confirmed).await {
         tracing::warn!(%error, "recording confirmed grants failed");
     }
@@ -187,7 +198,8 @@ async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Ve
                     Some(i64::from(directive.max_per_user)),
                     Some(directive.hold_ttl_ms as i64),
                 )
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .with_scope(directive.user_limit_scope);
                 match state.registry().create(tenant, sku, settings, 0).await {
                     Ok(Some(handle)) => handle,
                     Ok(None) => match state.registry().get(tenant, sku) {
@@ -204,6 +216,9 @@ async fn hand_to_owners(state: &AppState, directives: Vec<SkuDirective>, all: Ve
         let for_sku = grants
             .remove(&(directive.tenant.clone(), directive.sku.clone()))
             .unwrap_or_default();
+        handle
+            .view
+            .set_limit_regions(directive.limit_regions.clone());
         // Its own channel: a full buyer queue never holds a directive back.
         // Grants an earlier word carried that the owner has not read yet
         // stay with the newer directive (a watch's and a sync's answers can

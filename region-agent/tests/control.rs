@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
-    SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg, WatchRequest,
-    WatchResponse,
+    LimitsDown, LimitsUp, SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse,
+    TransferMsg, WatchRequest, WatchResponse,
 };
 use escrow_core::{Mode, Sku, Tenant, TransferId};
 use region_agent::clock::SystemClock;
@@ -37,6 +37,8 @@ struct Scripted {
 
 fn directive(mode: Mode, return_until: u64) -> SkuDirective {
     SkuDirective {
+        user_limit_scope: Default::default(),
+        limit_regions: Vec::new(),
         tenant: Tenant::parse("acme").unwrap(),
         sku: Sku::parse("tee").unwrap(),
         mode,
@@ -56,6 +58,7 @@ impl CoordinatorClient for Scripted {
         *self.returned.lock().unwrap() += req.returns.iter().map(|r| r.units).sum::<u64>();
         let acked = req.acks.iter().any(|a| a == GRANT);
         let mut resp = SyncResponse {
+            limits: Default::default(),
             grants: Vec::new(),
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
@@ -90,6 +93,10 @@ impl CoordinatorClient for Scripted {
             sold_out_everywhere: false,
             paused: false,
         })
+    }
+
+    async fn limits(&self, _req: &LimitsUp) -> Result<LimitsDown, ClientError> {
+        Ok(LimitsDown::default())
     }
 }
 

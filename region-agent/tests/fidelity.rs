@@ -190,6 +190,7 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
             0..=3 => queued.push(Command::Reserve {
                 ticket,
                 request: ReserveRequest {
+                    borrow: None,
                     request_key: key,
                     user_id: UserId::parse(&format!("u{}", stream.below(16))).unwrap(),
                     qty: Qty::parse(1 + stream.below(2) as i64, 2).unwrap(),
@@ -232,6 +233,8 @@ async fn one_stream_gives_the_same_decisions_over_both_databases(pool: PgPool) {
             _ => {
                 recalled += stream.below(2);
                 let directive = SkuDirective {
+                    user_limit_scope: Default::default(),
+                    limit_regions: Vec::new(),
                     tenant: Tenant::parse("acme").unwrap(),
                     sku: Sku::parse("tee").unwrap(),
                     mode: Mode::Escrow,

@@ -24,6 +24,7 @@ conformance!(
 
 fn hold(key: &str, user: &str) -> NewHold {
     NewHold {
+        borrow: None,
         request_key: RequestKey::parse(key).unwrap(),
         user_id: UserId::parse(user).unwrap(),
         qty: Qty::ONE,

@@ -32,6 +32,7 @@ fn holds(sku: &str, holds: &[(&str, &str)]) -> Batch {
     batch.holds = holds
         .iter()
         .map(|(key, user)| NewHold {
+            borrow: None,
             request_key: RequestKey::parse(key).unwrap(),
             user_id: UserId::parse(user).unwrap(),
             qty: Qty::ONE,

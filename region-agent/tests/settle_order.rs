@@ -237,6 +237,7 @@ async fn commit_holds(store: &dyn Store, epoch: Epoch, now_ms: u64, holds: &[(&s
     batch.holds = holds
         .iter()
         .map(|(k, expires_at_ms)| NewHold {
+            borrow: None,
             request_key: key(k),
             user_id: UserId::parse(&format!("user-{k}")).unwrap(),
             qty: Qty::ONE,

@@ -161,6 +161,7 @@ impl Coordinator {
         self.merged_at(synced.moves.merged, now_us);
         self.news(&synced.moves);
         Some(SyncResponse {
+            limits: Default::default(),
             grants: synced.grants,
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
@@ -207,6 +208,7 @@ impl Coordinator {
     pub fn watch_news(&self, r: usize, epoch: u32) -> WatchResponse {
         let current = self.sessions[r].is_some_and(|s| s.epoch == i64::from(epoch));
         WatchResponse {
+            limits: Default::default(),
             notice: 0,
             grants: if current {
                 self.allocation.pending_grants(r)

@@ -79,6 +79,7 @@ async fn commit_back_to_back(settings: &Settings, url: &str) -> anyhow::Result<D
         for _ in 0..LIMIT_BATCH {
             next += 1;
             batch.holds.push(NewHold {
+                borrow: None,
                 request_key: RequestKey::parse(&format!("limit-{next}"))?,
                 user_id: UserId::parse(&format!("u{next}"))?,
                 qty: Qty::parse(1, 1)?,

@@ -8,7 +8,7 @@ use harness::outcome::{Outcome, Tally};
 use harness::report::thousands;
 use harness::sale::{TailRun, TailSettings};
 use harness::sampler::SkuView;
-use harness::shape::Sale;
+use harness::shape::{Sale, UserLimit};
 
 use crate::report::Machine;
 
@@ -53,6 +53,18 @@ fn percent(share: f64) -> String {
 pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "### {}\n", sale.label);
+    if sale.user_limit != UserLimit::Region {
+        let borrowed: Vec<String> = runs
+            .iter()
+            .map(|r| format!("`{}` {}", r.policy, thousands(r.stats.counters.borrowed)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}: places borrowed from a home region {}.\n",
+            sale.user_limit.label(),
+            borrowed.join(", ")
+        );
+    }
     let held: Vec<String> = HELD_SHARES
         .iter()
         .map(|s| format!("{} held", percent(*s)))

@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use escrow_core::{RegionName, Sku, Tenant};
+use escrow_core::{RegionName, Sku, Tenant, UserLimitScope};
 use serde::Deserialize;
 use service_kit::sku_admin::{units, AddStockBody, SkuPath};
 use utoipa::{IntoParams, ToSchema};
@@ -68,6 +68,11 @@ pub struct PutSkuBody {
     /// Default hold duration; absent keeps the current value.
     #[schema(minimum = 1000, maximum = 3_600_000)]
     hold_ttl_ms: Option<i64>,
+    /// `region` (the default: the per-user limit counts each region's rows)
+    /// or `global` (one limit across all regions); set when the SKU is
+    /// created, 409 if changed later.
+    #[schema(example = "global")]
+    user_limit_scope: Option<String>,
     /// `tail-merge`, `refill`, `proportional`, `static` or `central`; absent
     /// keeps the SKU's choice (a new SKU follows `--policy`).
     policy: Option<String>,
@@ -164,7 +169,7 @@ async fn changed(
         (status = 201, description = "Created: the SKU view", body = SkuSummary, links(("GetSku" = (operation_id = "get_sku", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("AddStock" = (operation_id = "add_stock", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Pause" = (operation_id = "pause", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))), ("Resume" = (operation_id = "resume", parameters(("tenant" = "$response.body#/tenant"), ("sku" = "$response.body#/sku")))))),
         (status = 200, description = "Changed (or replayed): the SKU view", body = SkuSummary, headers(("Idempotent-Replayed" = String, description = "`true` when the key's change was applied before"))),
         (status = 400, description = "`BAD_REQUEST`: bad identifier, body, total, region, weight, policy or setting", body = OutcomeBody),
-        (status = 409, description = "`CONFLICT`: the total would drop by more than the pool holds, or the Idempotency-Key was used for another change; nothing changes", body = OutcomeBody),
+        (status = 409, description = "`CONFLICT`: the total would drop by more than the pool holds, the user limit's scope would change, a global-scope SKU would gain a region, or the Idempotency-Key was used for another change; nothing changes", body = OutcomeBody),
         AdminFailures,
     ),
     security(("bearer" = []))
@@ -199,6 +204,12 @@ pub async fn put_sku(
             .map_err(ApiError::BadRequest)?,
         max_per_user: body.max_per_user,
         hold_ttl_ms: body.hold_ttl_ms,
+        user_limit_scope: body
+            .user_limit_scope
+            .as_deref()
+            .map(UserLimitScope::parse)
+            .transpose()
+            .map_err(bad)?,
         policy: PolicyRequest {
             name: body.policy,
             settings: body.settings,

@@ -77,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/regions/{region}/sync", post(region::sync))
         .route("/v1/regions/{region}/take", post(region::take))
         .route("/v1/regions/{region}/watch", post(region::watch))
+        .route("/v1/regions/{region}/limits", post(region::limits))
         .merge(service_kit::ops::routes(&openapi::ApiDoc::openapi()))
         .merge(console::routes());
     let intake = Intake {

@@ -41,6 +41,7 @@ const COMPLETION: Completion = Completion {
         region::sync,
         region::take,
         region::watch,
+        region::limits,
     ),
     modifiers(&COMPLETION),
     tags(

@@ -1,11 +1,13 @@
-//! The region API: agents sync and take here, each with its own token.
+//! The region API: agents sync, take, watch and relay borrowed places
+//! here, each with its own token.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use escrow_core::protocol::{
-    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest,
+    WatchResponse,
 };
 use escrow_core::RegionName;
 
@@ -85,6 +87,36 @@ pub async fn take(
     ))
 }
 
+/// `POST /v1/regions/{region}/limits`: a region's borrows and loans of the
+/// per-user limit across regions, relayed at once rather than with its
+/// next sync (which carries them again).
+#[utoipa::path(
+    post,
+    path = "/v1/regions/{region}/limits",
+    tag = "region",
+    params(("region" = String, Path, description = "The region", example = json!("eu"), pattern = "^[a-z0-9-]{1,32}$", min_length = 1, max_length = 32)),
+    request_body = LimitsUp,
+    responses(
+        (status = 200, description = "Applied in one transaction: the home's answers to the asks that have one, the returns that are complete, and the loans asked of or asked back from this region as a home", body = LimitsDown),
+        (status = 400, description = "`BAD_REQUEST`: bad region name or body", body = OutcomeBody),
+        (status = 401, description = "`UNAUTHORIZED`: no token, or a token nobody has", body = OutcomeBody),
+        (status = 403, description = "`FORBIDDEN`: another region's token", body = OutcomeBody),
+        (status = 500, description = "`INTERNAL`: a row that cannot be right; details logged only", body = OutcomeBody),
+        (status = 503, description = "`OVERLOADED`: too many requests in flight; `UNAVAILABLE`: the database cannot be reached (no primary, failing over); every id is safe to send again", body = OutcomeBody, headers(("Retry-After" = u32, description = "Always 1"))),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn limits(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(region): Path<String>,
+    body: Result<Json<LimitsUp>, JsonRejection>,
+) -> Result<Json<LimitsDown>, ApiError> {
+    let region = authorise(&state, &headers, &region)?;
+    let Json(up) = body?;
+    Ok(Json(state.store().relay_limits(&region, &up).await?))
+}
+
 /// `POST /v1/regions/{region}/watch`: held open until the coordinator has
 /// news for the region or the bounded wait passes, answered with the
 /// news's directives and pending grants; the agent then syncs.
@@ -122,9 +154,11 @@ pub async fn watch(
     } else {
         state.store().watch_news(&region, req.epoch).await?
     };
+    let limits = state.store().notices().take_limits(&region);
     Ok(Json(WatchResponse {
         notice,
         grants,
         skus,
+        limits,
     }))
 }

@@ -5,7 +5,7 @@
 mod view;
 
 use chrono::Utc;
-use escrow_core::{Allocation, Moves, RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::{Allocation, Moves, RegionName, Sku, SkuSettings, Tenant, UserLimitScope};
 
 use super::backend::{sql, Tx};
 use super::books::{load_to_change, save, save_policy, stored, Loaded, Lock};
@@ -121,8 +121,9 @@ impl Store {
         let policy = policy.as_ref();
         let (before, mut loaded, split) = match existing {
             None => {
-                let settings =
-                    SkuSettings::parse(spec.max_per_user, spec.hold_ttl_ms).map_err(invalid)?;
+                let settings = SkuSettings::parse(spec.max_per_user, spec.hold_ttl_ms)
+                    .map_err(invalid)?
+                    .with_scope(spec.user_limit_scope.unwrap_or_default());
                 let regions = spec.regions.clone().unwrap_or_default();
                 let weights: Vec<u32> = regions.iter().map(|(_, w)| *w).collect();
                 let (allocation, split) = Allocation::create(
@@ -145,14 +146,31 @@ impl Store {
             Some(mut loaded) => {
                 let before = loaded.allocation.clone();
                 let current = before.settings;
+                let scope = current.user_limit_scope;
+                if spec.user_limit_scope.is_some_and(|asked| asked != scope) {
+                    // Holds and loans made under one scope do not count
+                    // under the other: a user could go over the limit.
+                    return Err(StoreError::Conflict(
+                        "user_limit_scope is chosen when a SKU is created".into(),
+                    ));
+                }
                 loaded.allocation.settings = SkuSettings::parse(
                     Some(spec.max_per_user.unwrap_or(i64::from(current.max_per_user))),
                     Some(spec.hold_ttl_ms.unwrap_or(stored(current.hold_ttl.get())?)),
                 )
-                .map_err(invalid)?;
+                .map_err(invalid)?
+                .with_scope(scope);
                 loaded.allocation.set_total(spec.total)?;
                 if let Some(weights) = &spec.regions {
+                    let known = loaded.names.len();
                     let weights = reweigh(&mut loaded, weights);
+                    if scope == UserLimitScope::Global && loaded.names.len() != known {
+                        // A new region would move some users' home regions
+                        // away from the rows that judge them.
+                        return Err(StoreError::Conflict(
+                            "a global-scope SKU's regions are fixed when it is created".into(),
+                        ));
+                    }
                     loaded.allocation.set_weights(&weights);
                 }
                 (Some(before), loaded, Default::default())
@@ -254,6 +272,8 @@ pub struct SkuSpec {
     pub max_per_user: Option<i64>,
     /// Default hold duration in ms.
     pub hold_ttl_ms: Option<i64>,
+    /// The per-user limit's scope; `None` keeps it (a new SKU: `region`).
+    pub user_limit_scope: Option<UserLimitScope>,
     /// The SKU's policy; an empty request keeps the current one.
     pub policy: PolicyRequest,
 }

@@ -14,7 +14,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use escrow_core::allocation::{RegionAllocation, Report};
-use escrow_core::{Allocation, Mode, PolicyChoice, RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::protocol::SkuDirective;
+use escrow_core::{
+    Allocation, Mode, PolicyChoice, RegionName, Sku, SkuSettings, Tenant, UserLimitScope,
+};
 
 use super::backend::{self, sql, Row, Tx};
 use super::StoreError;
@@ -34,6 +37,26 @@ impl Loaded {
     /// The index of `region` in this SKU, if it takes part.
     pub fn index_of(&self, region: &RegionName) -> Option<usize> {
         self.names.iter().position(|n| n == region)
+    }
+
+    /// The directive for the region at `index`, with the SKU's regions
+    /// under a global per-user limit.
+    pub fn directive(&self, index: usize) -> SkuDirective {
+        SkuDirective {
+            limit_regions: self.limit_regions(),
+            ..self.allocation.directive(index)
+        }
+    }
+
+    /// The regions a user's home is chosen among under a global per-user
+    /// limit, sorted; none under a `region` scope.
+    pub fn limit_regions(&self) -> Vec<RegionName> {
+        if self.allocation.settings.user_limit_scope == UserLimitScope::Region {
+            return Vec::new();
+        }
+        let mut names = self.names.clone();
+        names.sort();
+        names
     }
 }
 
@@ -103,7 +126,7 @@ pub(super) async fn load_to_change(
 
 /// The columns of `skus` that [`sku_of`] reads.
 const SKU_COLUMNS: &str = "s.tenant, s.sku, s.total, s.pool, s.mode, s.paused, s.max_per_user,
-                           s.hold_ttl_ms, s.policy, s.policy_settings";
+                           s.hold_ttl_ms, s.user_limit_scope, s.policy, s.policy_settings";
 
 /// The columns of `sku_regions` (as `r`, joined with `regions` as `g`)
 /// that [`region_of`] reads.
@@ -237,7 +260,11 @@ fn sku_of(row: &Row) -> Result<Loaded, StoreError> {
             Some(i64::from(max_per_user)),
             Some(row.try_get("hold_ttl_ms")?),
         )
-        .map_err(corrupt("settings"))?,
+        .map_err(corrupt("settings"))?
+        .with_scope(
+            UserLimitScope::parse(&row.try_get::<String>("user_limit_scope")?)
+                .map_err(corrupt("user_limit_scope"))?,
+        ),
         regions: Vec::new(),
     };
     Ok(Loaded {
@@ -413,8 +440,9 @@ async fn save_sku(
 ) -> Result<(), StoreError> {
     let sql = match before {
         None => {
-            "INSERT INTO skus (tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
+            "INSERT INTO skus (tenant, sku, total, pool, mode, paused, max_per_user, hold_ttl_ms,
+                               user_limit_scope)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING"
         }
         Some(before)
             if (
@@ -435,7 +463,7 @@ async fn save_sku(
         }
         Some(_) => {
             "UPDATE skus SET total = $3, pool = $4, mode = $5, paused = $6, max_per_user = $7,
-                    hold_ttl_ms = $8, updated_at = $13
+                    hold_ttl_ms = $8, updated_at = $13, user_limit_scope = $14
              WHERE tenant = $1 AND sku = $2
                AND total = $9 AND pool = $10 AND mode = $11 AND paused = $12"
         }
@@ -457,6 +485,7 @@ async fn save_sku(
             .bind(before.paused)
             .bind(Utc::now());
     }
+    let query = query.bind(after.settings.user_limit_scope.as_str());
     let changed = query.execute(&mut *conn).await?;
     if before.is_none() && changed != 1 {
         return Err(StoreError::Conflict(

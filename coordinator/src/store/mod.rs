@@ -12,6 +12,8 @@
 //!
 //! - [`books`]: loading an [`Allocation`] from its rows and writing it back.
 //! - [`region`]: the region API's sync and take.
+//! - [`limits`]: borrowed places relayed between regions under a global
+//!   per-user limit.
 //! - [`admin`]: the admin API's changes and read-only summaries.
 //! - [`backend`]: the one place that knows the two backends apart; the
 //!   transactions above are written once for both.
@@ -19,6 +21,7 @@
 pub mod admin;
 mod backend;
 mod books;
+mod limits;
 pub mod region;
 pub mod retention;
 

@@ -172,7 +172,16 @@ impl Store {
         } else {
             News::default()
         };
-        let synced = self.sync_skus(region, req, &news, policies).await;
+        let mut synced = self.sync_skus(region, req, &news, policies).await;
+        if let Ok(response) = &mut synced {
+            // Borrowed places never hold quota back: a relay that failed
+            // answers nothing of them, and the next sync, which carries
+            // every one again, is relayed afresh.
+            match self.relay_limits(region, &req.limits).await {
+                Ok(limits) => response.limits = limits,
+                Err(error) => tracing::warn!(%region, %error, "relaying borrowed places failed"),
+            }
+        }
         if synced.is_err() {
             self.notices.restore_news(region, news);
         }
@@ -225,6 +234,7 @@ impl Store {
         policies: &Policies,
     ) -> Result<SyncResponse, StoreError> {
         let mut response = SyncResponse {
+            limits: Default::default(),
             grants: Vec::new(),
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
@@ -247,7 +257,7 @@ impl Store {
                     response
                         .grants
                         .extend(loaded.allocation.pending_grants(index));
-                    response.skus.push(loaded.allocation.directive(index));
+                    response.skus.push(loaded.directive(index));
                 }
             }
             keys
@@ -301,7 +311,7 @@ impl Store {
         let applied_before = applied_returns(&mut tx, region, &returns).await?;
         let before = loaded.allocation.clone();
         let policy = policies.of(loaded.policy.as_ref()).build();
-        let synced = loaded.allocation.sync(
+        let mut synced = loaded.allocation.sync(
             index,
             req,
             &applied_before,
@@ -309,6 +319,7 @@ impl Store {
             policy.as_ref(),
             &mut new_grant_id,
         )?;
+        synced.directive.limit_regions = loaded.limit_regions();
         save(&mut tx, Some(&before), &loaded.allocation, &loaded.names).await?;
         record_returns(&mut tx, region, &synced.applied).await?;
         tx.commit().await?;
@@ -353,7 +364,7 @@ impl Store {
                     loaded.and_then(|l| l.index_of(region).map(|index| (l, index)))
                 {
                     grants.extend(loaded.allocation.pending_grants(index));
-                    skus.push(loaded.allocation.directive(index));
+                    skus.push(loaded.directive(index));
                 }
             }
         }

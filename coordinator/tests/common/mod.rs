@@ -7,7 +7,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of the harness; tests fail loudly.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use coordinator::auth::Auth as CoordAuth;
 use coordinator::store::Store;
 use escrow_core::protocol::{
-    SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest,
+    WatchResponse,
 };
 use escrow_core::{RegionName, Tenant};
 use region_agent::auth::Auth as AgentAuth;
@@ -82,6 +83,9 @@ pub struct Wire {
     pub syncs: AtomicU64,
     pub takes: AtomicU64,
     faults: Option<Mutex<Faults>>,
+    /// While set, every call is lost: no request reaches the coordinator
+    /// and the caller hears nothing until its timeout.
+    pub black_hole: AtomicBool,
 }
 
 struct Faults {
@@ -105,6 +109,7 @@ impl Wire {
             inner,
             syncs: AtomicU64::new(0),
             takes: AtomicU64::new(0),
+            black_hole: AtomicBool::new(false),
             faults: fault_seed.map(|seed| {
                 Mutex::new(Faults {
                     rng: seed | 1,
@@ -117,16 +122,32 @@ impl Wire {
     pub fn messages(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed) + self.takes.load(Ordering::Relaxed)
     }
+
+    /// A lost call: silence for the client's timeout, then no answer.
+    async fn swallowed<T>(&self) -> Result<T, ClientError> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Err(ClientError::Unreachable("black-holed (injected)".into()))
+    }
+
+    fn is_black_holed(&self) -> bool {
+        self.black_hole.load(Ordering::Relaxed)
+    }
 }
 
 #[async_trait]
 impl CoordinatorClient for Wire {
     async fn watch(&self, req: &WatchRequest) -> Result<WatchResponse, ClientError> {
+        if self.is_black_holed() {
+            return self.swallowed().await;
+        }
         self.inner.watch(req).await
     }
 
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        if self.is_black_holed() {
+            return self.swallowed().await;
+        }
         let Some(faults) = &self.faults else {
             return self.inner.sync(req).await;
         };
@@ -157,8 +178,18 @@ impl CoordinatorClient for Wire {
         answer
     }
 
+    async fn limits(&self, req: &LimitsUp) -> Result<LimitsDown, ClientError> {
+        if self.is_black_holed() {
+            return self.swallowed().await;
+        }
+        self.inner.limits(req).await
+    }
+
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError> {
         self.takes.fetch_add(1, Ordering::Relaxed);
+        if self.is_black_holed() {
+            return self.swallowed().await;
+        }
         let Some(faults) = &self.faults else {
             return self.inner.take(req).await;
         };
@@ -333,4 +364,72 @@ pub async fn settled_audit(admin: &Api, deadline: Duration) -> Value {
     .await;
     assert!(settled, "did not settle within {deadline:?}: {audit:#}");
     audit
+}
+
+pub const REGIONS: [&str; 3] = ["eu", "us", "ap"];
+
+/// A real coordinator and one real agent per region of [`REGIONS`], each
+/// on its own database.
+pub struct Cluster {
+    pub coord: Coord,
+    pub admin: Api,
+    pub agents: Vec<Agent>,
+    /// The agents' databases, kept for as long as the cluster lives.
+    pub dbs: Vec<TestDb>,
+}
+
+/// Starts a [`Cluster`]; with `fault_seed`, each agent's wire disturbs its
+/// messages.
+pub async fn cluster(db: &TestDb, fault_seed: Option<u64>) -> Cluster {
+    let coord = Coord::start(db, None).await;
+    let admin = Api::new(&coord.url);
+    let mut dbs = Vec::new();
+    let mut agents = Vec::new();
+    for (i, region) in REGIONS.iter().enumerate() {
+        let region_db = agent_db(db, region).await;
+        agents.push(
+            Agent::start(
+                &region_db,
+                region,
+                &coord.url,
+                fault_seed.map(|s| s + i as u64),
+            )
+            .await,
+        );
+        dbs.push(region_db);
+    }
+    Cluster {
+        coord,
+        admin,
+        agents,
+        dbs,
+    }
+}
+
+impl Cluster {
+    pub async fn stop(self) {
+        for agent in self.agents {
+            agent.stop().await;
+        }
+        self.coord.stop().await;
+    }
+
+    pub fn messages(&self) -> u64 {
+        self.agents.iter().map(|a| a.wire.messages()).sum()
+    }
+
+    /// Puts tenant acme's `sku` at the coordinator as `spec` says.
+    pub async fn put_sku(&self, sku: &str, spec: Value) -> (StatusCode, Value) {
+        self.admin.put_sku("acme", sku, spec).await
+    }
+
+    /// Waits until every unit of `sku` granted to a region has arrived.
+    pub async fn grants_delivered(&self, sku: &str) {
+        eventually(
+            "initial grants delivered",
+            Duration::from_secs(20),
+            async || self.admin.admin_sku("acme", sku).await["in_transit"] == 0,
+        )
+        .await;
+    }
 }

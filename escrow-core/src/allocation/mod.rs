@@ -246,7 +246,8 @@ impl Allocation {
     }
 
     /// The directive for `region`: mode, pause, settings, how far to give
-    /// back, and whether the SKU is sold out.
+    /// back, and whether the SKU is sold out. `limit_regions` is left
+    /// empty for the caller, who knows the regions by name.
     pub fn directive(&self, region: usize) -> SkuDirective {
         let r = &self.regions[region];
         SkuDirective {
@@ -258,6 +259,8 @@ impl Allocation {
             hold_ttl_ms: self.settings.hold_ttl.get(),
             return_until: r.returned + r.recall_pending,
             sold_out_everywhere: self.is_sold_out_everywhere(),
+            user_limit_scope: self.settings.user_limit_scope,
+            limit_regions: Vec::new(),
         }
     }
 

@@ -62,6 +62,7 @@ fn sync_req(
     available: u64,
 ) -> SyncRequest {
     SyncRequest {
+        limits: Default::default(),
         epoch: 1,
         seq,
         rtt_ms: 50,

@@ -166,6 +166,7 @@ impl SkuOwner {
                 user_id: p.request.user_id.clone(),
                 qty: p.request.qty,
                 expires_at_ms: now_ms + ttl.get(),
+                borrow: p.request.borrow.clone(),
             };
             if p.aside {
                 work.setting_aside.push((p, hold));

@@ -33,7 +33,8 @@ impl SkuOwner {
         // the owner keeps its own until a valid directive comes.
         let parsed = i64::try_from(d.hold_ttl_ms)
             .ok()
-            .and_then(|ttl| SkuSettings::parse(Some(i64::from(d.max_per_user)), Some(ttl)).ok());
+            .and_then(|ttl| SkuSettings::parse(Some(i64::from(d.max_per_user)), Some(ttl)).ok())
+            .map(|settings| settings.with_scope(d.user_limit_scope));
         if let Some(settings) = parsed {
             if settings != self.settings {
                 self.settings = settings;

@@ -7,7 +7,7 @@
 
 use crate::admission::Deadline;
 use crate::batch::Batch;
-use crate::ids::{Qty, RequestKey, SkuSettings, TtlMs, UserId};
+use crate::ids::{Qty, RequestKey, SkuSettings, TransferId, TtlMs, UserId};
 use crate::protocol::TakeRequest;
 use crate::reservation::{Reservation, Transition};
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,10 @@ pub struct ReserveRequest {
     pub qty: Qty,
     /// Hold duration asked for, else the SKU's.
     pub ttl: Option<TtlMs>,
+    /// The place this hold uses, borrowed from the user's home region
+    /// under a global per-user limit ([`crate::user_limit`]); the commit
+    /// that inserts the hold marks the borrow used.
+    pub borrow: Option<TransferId>,
 }
 
 /// Why a SKU answers PAUSED: each PAUSED means one of these, so a buyer

@@ -114,6 +114,7 @@ impl Harness {
         Command::Reserve {
             ticket,
             request: ReserveRequest {
+                borrow: None,
                 request_key: RequestKey::parse(&format!("k{key}")).unwrap(),
                 user_id: UserId::parse(&format!("u{user}")).unwrap(),
                 qty: Qty::parse(qty.into(), 2).unwrap(),
@@ -273,6 +274,8 @@ impl Harness {
 /// the harness's settings, not paused, not sold out.
 fn directive(mode: Mode, return_until: u64) -> SkuDirective {
     SkuDirective {
+        user_limit_scope: Default::default(),
+        limit_regions: Vec::new(),
         tenant: Tenant::parse("t").unwrap(),
         sku: Sku::parse("sku").unwrap(),
         mode,
@@ -787,6 +790,7 @@ fn units_set_aside_for_a_cart_are_not_sold_twice() {
         let command = Command::SetAside {
             ticket,
             request: ReserveRequest {
+                borrow: None,
                 request_key: item.clone(),
                 user_id: UserId::parse("u9").unwrap(),
                 qty: Qty::parse(2, 2).unwrap(),
@@ -820,6 +824,7 @@ fn units_set_aside_for_a_cart_are_not_sold_twice() {
         h.now_ms,
     );
     cart.holds.push(NewHold {
+        borrow: None,
         request_key: item.clone(),
         user_id: hold.user_id.clone(),
         qty: hold.qty,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Arrival, Patience, RegionSpec, Sale, BUYERS_MAX, REGION_NAMES};
+use super::{Arrival, Patience, RegionSpec, Sale, UserLimit, BUYERS_MAX, REGION_NAMES};
 
 /// How a shape's buyers arrive over its window.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -192,6 +192,7 @@ impl Shape {
                 .collect(),
             units: self.units,
             max_per_user: 1,
+            user_limit: UserLimit::Region,
             arrivals,
             patience: vec![Patience::browser(self.retrying_max)],
             notes: Vec::new(),

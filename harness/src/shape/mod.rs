@@ -100,6 +100,41 @@ pub struct Arrival {
     pub pay_after: Option<Duration>,
 }
 
+/// The SKU's per-user limit, and whether buyers' ids name their region.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UserLimit {
+    /// `"user_limit_scope": "region"`: each region judges its own buyers.
+    #[default]
+    Region,
+    /// `global`, ids without a region (`u...`): each buyer's home is
+    /// hashed, so most buy away from home and borrow their place.
+    GlobalHashed,
+    /// `global`, each id naming the region the buyer buys in
+    /// (`eu:u...`): everybody buys at home.
+    GlobalNamed,
+}
+
+impl UserLimit {
+    /// Parses `region`, `global-hashed` or `global-named`.
+    pub fn parse(raw: &str) -> anyhow::Result<Self> {
+        match raw {
+            "region" => Ok(Self::Region),
+            "global-hashed" => Ok(Self::GlobalHashed),
+            "global-named" => Ok(Self::GlobalNamed),
+            _ => anyhow::bail!("expected region, global-hashed or global-named, not {raw}"),
+        }
+    }
+
+    /// How the table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Region => "per-user limit per region",
+            Self::GlobalHashed => "global per-user limit, homes hashed from the ids",
+            Self::GlobalNamed => "global per-user limit, ids naming the buyer's region",
+        }
+    }
+}
+
 /// One sale, decided in full before it runs.
 #[derive(Debug, Clone)]
 pub struct Sale {
@@ -111,6 +146,8 @@ pub struct Sale {
     pub units: u64,
     /// The SKU's `max_per_user`.
     pub max_per_user: u32,
+    /// The SKU's per-user limit's scope, and the buyers' ids.
+    pub user_limit: UserLimit,
     /// Every buyer, in arrival order.
     pub arrivals: Vec<Arrival>,
     /// Kinds of buyers: people first, then one per bot burst.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use simulations::demand::{choices, Demand, HUMAN};
 use simulations::Scenario;
 
-use super::{Arrival, Patience, RegionSpec, Sale, BUYERS_MAX};
+use super::{Arrival, Patience, RegionSpec, Sale, UserLimit, BUYERS_MAX};
 
 /// The sale of a simulator scenario: its regions (weights and demand
 /// shares), total, and the simulator's own crowd under the scenario's seed
@@ -112,6 +112,7 @@ pub fn scenario_sale(path: &str, scenario: &Scenario, cut: Duration) -> anyhow::
             .collect(),
         units: scenario.sku.total,
         max_per_user: scenario.sku.max_per_user,
+        user_limit: UserLimit::Region,
         arrivals,
         patience,
         notes,

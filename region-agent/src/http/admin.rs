@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use escrow_core::SkuSettings;
+use escrow_core::{SkuSettings, UserLimitScope};
 use serde::Deserialize;
 use service_kit::sku_admin::{units, AddStockBody, SkuPath};
 use tokio::sync::oneshot;
@@ -37,6 +37,10 @@ pub struct PutSkuBody {
     /// Default hold duration; absent keeps the current value (default 600000).
     #[schema(minimum = 1000, maximum = 3_600_000)]
     hold_ttl_ms: Option<i64>,
+    /// `region` or `global`: the same on a standalone agent, which sells
+    /// one region; absent keeps the current value (default `region`).
+    #[schema(example = "region")]
+    user_limit_scope: Option<String>,
 }
 
 fn bad(e: impl ToString) -> ApiError {
@@ -87,6 +91,7 @@ fn sku_json(state: &AppState, handle: &OwnerHandle) -> Json<SkuViewBody> {
         halted: s.halted,
         max_per_user: s.max_per_user,
         hold_ttl_ms: s.hold_ttl_ms,
+        user_limit_scope: handle.view.settings().user_limit_scope,
         regions: BTreeMap::from([(state.region().to_string(), region)]),
     })
 }
@@ -143,10 +148,18 @@ pub async fn put_sku(
         ));
     }
     let total = units(body.total, "total").map_err(bad)?;
+    let scope = body
+        .user_limit_scope
+        .as_deref()
+        .map(UserLimitScope::parse)
+        .transpose()
+        .map_err(bad)?;
     let existing = state.registry().get(&tenant, &sku);
     let handle = match existing {
         None => {
-            let settings = SkuSettings::parse(body.max_per_user, body.hold_ttl_ms).map_err(bad)?;
+            let settings = SkuSettings::parse(body.max_per_user, body.hold_ttl_ms)
+                .map_err(bad)?
+                .with_scope(scope.unwrap_or_default());
             // In its own task: a client that goes away must not cancel the creation half-way.
             let creating = {
                 let (state, tenant, sku) = (state.clone(), tenant.clone(), sku.clone());
@@ -175,7 +188,8 @@ pub async fn put_sku(
         Some(body.max_per_user.unwrap_or(i64::from(current.max_per_user))),
         Some(body.hold_ttl_ms.unwrap_or(current.hold_ttl.get() as i64)),
     )
-    .map_err(bad)?;
+    .map_err(bad)?
+    .with_scope(scope.unwrap_or(current.user_limit_scope));
     change(&handle, AdminChange::Configure { total, settings }).await?;
     Ok(sku_json(&state, &handle).into_response())
 }

@@ -207,6 +207,10 @@ pub struct SkuViewBody {
     pub max_per_user: u32,
     /// Default hold duration.
     pub hold_ttl_ms: u64,
+    /// The per-user limit's scope, `region` or `global` (one region here:
+    /// the same).
+    #[schema(value_type = String, example = "region")]
+    pub user_limit_scope: escrow_core::UserLimitScope,
     /// The one region, by name.
     pub regions: BTreeMap<String, RegionView>,
 }

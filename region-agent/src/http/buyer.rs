@@ -22,6 +22,7 @@ use super::bodies::{
 use super::error::ApiError;
 use super::failures::{ActFailures, BuyerReadFailures};
 use super::json::{JsonBody, OptionalJsonBody};
+use crate::borrows::{place, Place};
 use crate::owner::{
     ActReply, Action, Command, OwnerHandle, PauseReason, ReserveReply, ReserveRequest,
 };
@@ -206,9 +207,23 @@ pub async fn reserve(
             ))),
         };
     }
+    let borrow = match place(&state, &handle.view, &tenant, &sku, &user, &key).await {
+        Ok(Place::Here) => None,
+        Ok(Place::Borrowed(id)) => Some(id),
+        Ok(Place::Taken) => match state.store().reservation(&tenant, &key).await? {
+            Some(r) => return Ok(replay_or_reused(&state, &r, &user, &sku, qty)),
+            None => {
+                metrics::counter!("escrow_reservations_total", "outcome" => "USER_LIMIT")
+                    .increment(1);
+                return Ok(outcome_only(StatusCode::CONFLICT, Outcome::UserLimit));
+            }
+        },
+        Err(reason) => return Err(ApiError::Paused(reason)),
+    };
     let deadline = Deadline::after(state.now_ms(), state.wait_timeout_ms());
     let (tx, rx) = oneshot::channel();
     let request = ReserveRequest {
+        borrow: borrow.clone(),
         request_key: key,
         user_id: user,
         qty,
@@ -216,9 +231,11 @@ pub async fn reserve(
     };
     enqueue(&handle, Command::Reserve(request, deadline, tx))?;
     // The owner answers every queued request; a dropped sender means it stopped.
-    let reply = rx
-        .await
-        .map_err(|_| ApiError::Paused(PauseReason::Halted))?;
+    let reply = rx.await;
+    if let Some(id) = borrow.filter(|_| !matches!(reply, Ok(ReserveReply::Held(_)))) {
+        state.borrows().give_back(&state, &id).await?;
+    }
+    let reply = reply.map_err(|_| ApiError::Paused(PauseReason::Halted))?;
     Ok(match reply {
         ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, Outcome::Held, &r),
         ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, Outcome::Replay, &r),

@@ -4,9 +4,10 @@
 //! it lock-free to answer sold-out and paused at once and to show the SKU.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::RwLock;
 
 use escrow_core::owner::{GateView, SkuOwner};
-use escrow_core::{Mode, Sku, SkuSettings, Tenant, TtlMs};
+use escrow_core::{Mode, RegionName, Sku, SkuSettings, Tenant, TtlMs, UserLimitScope};
 
 /// A SKU's published state.
 #[derive(Debug)]
@@ -23,6 +24,8 @@ pub struct SkuView {
     halted: AtomicBool,
     max_per_user: AtomicU32,
     hold_ttl_ms: AtomicU64,
+    global_limit: AtomicBool,
+    limit_regions: RwLock<Vec<RegionName>>,
     central: AtomicBool,
     coordinated: AtomicBool,
     sold_out_everywhere: AtomicBool,
@@ -64,6 +67,8 @@ impl SkuView {
             halted: AtomicBool::new(true),
             max_per_user: AtomicU32::new(1),
             hold_ttl_ms: AtomicU64::new(SkuSettings::default().hold_ttl.get()),
+            global_limit: AtomicBool::new(false),
+            limit_regions: RwLock::new(Vec::new()),
             central: AtomicBool::new(false),
             coordinated: AtomicBool::new(false),
             sold_out_everywhere: AtomicBool::new(false),
@@ -83,6 +88,10 @@ impl SkuView {
             .store(settings.max_per_user, Ordering::Release);
         self.hold_ttl_ms
             .store(settings.hold_ttl.get(), Ordering::Release);
+        self.global_limit.store(
+            settings.user_limit_scope == UserLimitScope::Global,
+            Ordering::Release,
+        );
         self.paused.store(owner.is_paused(), Ordering::Release);
         self.halted.store(owner.is_halted(), Ordering::Release);
         self.central
@@ -141,10 +150,34 @@ impl SkuView {
     pub fn settings(&self) -> SkuSettings {
         let hold_ttl = TtlMs::parse(self.hold_ttl_ms.load(Ordering::Acquire) as i64)
             .expect("only a valid TtlMs is ever published");
+        let user_limit_scope = if self.global_limit.load(Ordering::Acquire) {
+            UserLimitScope::Global
+        } else {
+            UserLimitScope::Region
+        };
         SkuSettings {
             max_per_user: self.max_per_user.load(Ordering::Acquire),
             hold_ttl,
+            user_limit_scope,
         }
+    }
+
+    /// Records the SKU's regions as the coordinator last named them for
+    /// its global per-user limit (empty under a `region` scope).
+    pub fn set_limit_regions(&self, regions: Vec<RegionName>) {
+        *self
+            .limit_regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = regions;
+    }
+
+    /// The SKU's regions a user's home is chosen among; empty until the
+    /// coordinator has named them.
+    pub fn limit_regions(&self) -> Vec<RegionName> {
+        self.limit_regions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A copy of every field.

@@ -181,6 +181,7 @@ pub(super) async fn read(
             .map_err(|_| bad_row("user_id"))?,
         lifecycle,
         items: cart_items,
+        borrows: Default::default(),
     }))
 }
 

@@ -305,7 +305,9 @@ async fn apply_changes(tx: &mut Tx, batch: &Batch, moves: &mut Moves) -> Result<
                 moves.0.return_units(units).map_err(Moves::refused)?;
                 continue;
             }
-            StockChange::Settings(_) => "max_per_user = $3, hold_ttl_ms = $4",
+            StockChange::Settings(_) => {
+                "max_per_user = $3, hold_ttl_ms = $4, user_limit_scope = $5"
+            }
             StockChange::Mode(_) => "mode = $3",
             StockChange::Pause(_) => "paused = $3",
         };
@@ -319,7 +321,8 @@ async fn apply_changes(tx: &mut Tx, batch: &Batch, moves: &mut Moves) -> Result<
         let statement = match *change {
             StockChange::Settings(settings) => statement
                 .bind(settings.max_per_user as i32)
-                .bind(settings.hold_ttl.get() as i64),
+                .bind(settings.hold_ttl.get() as i64)
+                .bind(settings.user_limit_scope.as_str()),
             StockChange::Mode(mode) => statement.bind(mode.as_str()),
             StockChange::Pause(paused) => statement.bind(paused),
             StockChange::Receive(_) | StockChange::Return(_) => statement,
@@ -422,9 +425,18 @@ async fn insert_holds(
             ))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    columns.inserted(returned, |b, qty| {
+    let inserted = columns.inserted(returned, |b, qty| {
         applied[b].moves.0.hold(qty.units()).map_err(Moves::refused)
-    })
+    })?;
+    let used: Vec<&str> = batches
+        .iter()
+        .zip(&inserted)
+        .flat_map(|(batch, inserted)| batch.holds.iter().zip(inserted))
+        .filter(|(_, &inserted)| inserted)
+        .filter_map(|(hold, _)| hold.borrow.as_ref().map(TransferId::as_str))
+        .collect();
+    super::limits::mark_used(tx, &used).await?;
+    Ok(inserted)
 }
 
 /// Moves the counters of every batch that changed any in one conditional

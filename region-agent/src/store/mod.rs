@@ -19,6 +19,7 @@
 mod carts;
 mod commit;
 mod holds;
+mod limits;
 pub mod postgres;
 mod rows;
 mod sql_store;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use escrow_core::cart::{Cart, CartCommit, CartWritten};
-use escrow_core::protocol::TransferMsg;
+use escrow_core::protocol::{Borrow, LendAnswer, TransferMsg};
 use escrow_core::{
     Ledger, RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId,
 };
@@ -139,6 +140,10 @@ pub struct SyncSnapshot {
     pub unconfirmed_grants: Vec<TransferId>,
     /// Returns debited and not yet confirmed applied.
     pub pending_returns: Vec<TransferMsg>,
+    /// Borrowed places asked for and not yet used or given back.
+    pub borrow_asks: Vec<Borrow>,
+    /// Borrowed places to give back.
+    pub borrow_returns: Vec<Borrow>,
 }
 
 /// A SKU's line in the audit.
@@ -252,6 +257,33 @@ pub trait Store: Send + Sync + 'static {
     async fn confirm_grants(&self, ids: &[TransferId]) -> Result<(), StoreError>;
     /// Forgets returns the coordinator has applied.
     async fn forget_returns(&self, ids: &[TransferId]) -> Result<(), StoreError>;
+    /// Records a borrow for the hold of `key` as asked, before the ask is
+    /// sent ([`escrow_core::user_limit`]).
+    async fn ask_borrow(
+        &self,
+        epoch: Epoch,
+        borrow: &Borrow,
+        key: &RequestKey,
+    ) -> Result<(), StoreError>;
+    /// Marks a borrow no hold used for return; a used one stays.
+    async fn give_back_borrow(&self, epoch: Epoch, id: &TransferId) -> Result<(), StoreError>;
+    /// Forgets borrows that are settled: refused, or home again.
+    async fn forget_borrows(&self, ids: &[TransferId]) -> Result<(), StoreError>;
+    /// As a home region: lends the places asked for where each user holds
+    /// nothing of the SKU here, and answers each ask, durably.
+    async fn lend(
+        &self,
+        epoch: Epoch,
+        asks: &[Borrow],
+        now_ms: u64,
+    ) -> Result<Vec<LendAnswer>, StoreError>;
+    /// As a home region: takes lent places back.
+    async fn take_back(
+        &self,
+        epoch: Epoch,
+        loans: &[Borrow],
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
     /// Deletes at most `limit` released or expired reservations whose hold
     /// ended before `before_ms` (their `expires_at`: a hold ends at the
     /// latest then), as many such carts, and at most `limit` grants the

@@ -43,9 +43,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/reg
 /// or [`super::SqlStore::open`] with a `postgres://` URL).
 pub type PgStore = super::SqlStore;
 
-/// Whether `batch` writes nothing but new holds, all [`commit_holds`] does.
+/// Whether `batch` writes nothing but new holds, none on a borrowed
+/// place: all [`commit_holds`] does.
 pub(super) fn only_holds(batch: &Batch) -> bool {
-    batch.transitions.is_empty()
+    batch.holds.iter().all(|hold| hold.borrow.is_none())
+        && batch.transitions.is_empty()
         && batch.changes.is_empty()
         && batch.grants.is_empty()
         && batch.returns.is_empty()

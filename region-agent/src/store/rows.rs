@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use escrow_core::protocol::TransferMsg;
 use escrow_core::{
     Ledger, Mode, Qty, RequestKey, Reservation, Sku, SkuSettings, Status, Tenant, TtlMs, UserId,
+    UserLimitScope,
 };
 use service_kit::sql::Row;
 
@@ -36,7 +37,7 @@ pub(crate) fn bad_row(what: &str) -> StoreError {
 }
 
 /// A text column.
-fn text(row: &Row, name: &str) -> Result<String, StoreError> {
+pub(crate) fn text(row: &Row, name: &str) -> Result<String, StoreError> {
     Ok(row.try_get(name)?)
 }
 
@@ -103,6 +104,8 @@ pub(crate) fn sku_record_from(row: &Row) -> Result<SkuRecord, StoreError> {
         settings: SkuSettings {
             max_per_user: u32::try_from(max_per_user).map_err(|_| bad_row("max_per_user"))?,
             hold_ttl: TtlMs::parse(int(row, "hold_ttl_ms")?).map_err(|_| bad_row("hold_ttl_ms"))?,
+            user_limit_scope: UserLimitScope::parse(&text(row, "user_limit_scope")?)
+                .map_err(|_| bad_row("user_limit_scope"))?,
         },
         paused: row.try_get("paused")?,
         mode: Mode::parse(&text(row, "mode")?).ok_or_else(|| bad_row("mode"))?,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use escrow_core::cart::{Cart, CartCommit, CartWritten};
+use escrow_core::protocol::{Borrow, LendAnswer};
 use escrow_core::{RegionName, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId};
 use service_kit::db::Backend;
 use service_kit::sql::{sql, Db, Tx};
@@ -23,8 +24,8 @@ use super::rows::{
     sku_record_from, transfer_from, with_holds, RESERVATION_COLUMNS,
 };
 use super::{
-    carts, commit, postgres, sqlite, AuditRow, Batch, BatchError, BatchOutcome, Epoch, Provenance,
-    Pruned, SkuRecord, Store, StoreError, SyncSnapshot,
+    carts, commit, limits, postgres, sqlite, AuditRow, Batch, BatchError, BatchOutcome, Epoch,
+    Provenance, Pruned, SkuRecord, Store, StoreError, SyncSnapshot,
 };
 
 /// Counters and row sums per SKU. SQLite uses a partial index only when the
@@ -33,7 +34,7 @@ use super::{
 /// each SKU's sum scans every reservation (seconds at start on a big file).
 const SKU_SELECT: &str = "
     SELECT s.tenant, s.sku, s.available, s.held, s.sold, s.received, s.returned,
-           s.max_per_user, s.hold_ttl_ms, s.paused, s.mode,
+           s.max_per_user, s.hold_ttl_ms, s.user_limit_scope, s.paused, s.mode,
            COALESCE((SELECT sum(qty) FROM reservations r
                      WHERE r.tenant = s.tenant AND r.sku = s.sku AND r.status = 'HELD'), 0) AS rows_held,
            COALESCE((SELECT sum(qty) FROM reservations r
@@ -157,6 +158,7 @@ impl Store for SqlStore {
             .await?
             .ok_or_else(|| StoreError::Conflict("the lease upsert returned no row".into()))?;
         let epoch = row.try_get("epoch")?;
+        limits::give_back_unused(&mut tx).await?;
         tx.commit().await?;
         Ok(Epoch(epoch))
     }
@@ -228,8 +230,9 @@ impl Store for SqlStore {
         let mut tx = self.begin_write().await?;
         commit::check_lease(&mut tx, epoch).await?;
         let created = sql(
-            "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms)
-             VALUES ($1, $2, $3, 0, 0, $3, 0, $4, $5)
+            "INSERT INTO sku_stock (tenant, sku, available, held, sold, received, returned, max_per_user, hold_ttl_ms,
+                                    user_limit_scope)
+             VALUES ($1, $2, $3, 0, 0, $3, 0, $4, $5, $6)
              ON CONFLICT DO NOTHING",
         )
         .bind(tenant.as_str())
@@ -237,6 +240,7 @@ impl Store for SqlStore {
         .bind(total as i64)
         .bind(settings.max_per_user as i32)
         .bind(settings.hold_ttl.get() as i64)
+        .bind(settings.user_limit_scope.as_str())
         .execute(&mut tx)
         .await?
             == 1;
@@ -343,12 +347,65 @@ impl Store for SqlStore {
                 .iter()
                 .map(transfer_from)
                 .collect::<Result<_, _>>()?;
+        let (borrow_asks, borrow_returns) = limits::outbox(&mut tx).await?;
         tx.commit().await?;
         Ok(SyncSnapshot {
             skus,
             unconfirmed_grants,
             pending_returns,
+            borrow_asks,
+            borrow_returns,
         })
+    }
+
+    async fn ask_borrow(
+        &self,
+        epoch: Epoch,
+        borrow: &Borrow,
+        key: &RequestKey,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        commit::check_lease(&mut tx, epoch).await?;
+        limits::ask(&mut tx, borrow, key).await?;
+        commit::commit(tx).await
+    }
+
+    async fn give_back_borrow(&self, epoch: Epoch, id: &TransferId) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        commit::check_lease(&mut tx, epoch).await?;
+        limits::give_back(&mut tx, id).await?;
+        commit::commit(tx).await
+    }
+
+    async fn forget_borrows(&self, ids: &[TransferId]) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        limits::forget(&mut tx, ids).await?;
+        commit::commit(tx).await
+    }
+
+    async fn lend(
+        &self,
+        epoch: Epoch,
+        asks: &[Borrow],
+        now_ms: u64,
+    ) -> Result<Vec<LendAnswer>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        commit::check_lease(&mut tx, epoch).await?;
+        let answers = limits::lend(&mut tx, asks, now_ms).await?;
+        commit::commit(tx).await?;
+        Ok(answers)
+    }
+
+    async fn take_back(
+        &self,
+        epoch: Epoch,
+        loans: &[Borrow],
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        commit::check_lease(&mut tx, epoch).await?;
+        limits::take_back(&mut tx, loans, now_ms).await?;
+        commit::commit(tx).await
     }
 
     async fn confirm_grants(&self, ids: &[TransferId]) -> Result<(), StoreError> {
@@ -363,7 +420,7 @@ impl Store for SqlStore {
         let mut tx = self.begin_write().await?;
         let rows = sql("DELETE FROM reservations WHERE (tenant, request_key) IN (
                  SELECT tenant, request_key FROM reservations
-                 WHERE status IN ('RELEASED', 'EXPIRED') AND expires_at < $1 LIMIT $2)
+                 WHERE status IN ('RELEASED', 'EXPIRED', 'RETURNED') AND expires_at < $1 LIMIT $2)
              RETURNING tenant, request_key")
         .bind(at(before_ms))
         .bind(i64::from(limit))

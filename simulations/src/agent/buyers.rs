@@ -115,6 +115,7 @@ impl Agent {
         }
         let max_per_user = self.owner.settings().max_per_user;
         let request = ReserveRequest {
+            borrow: None,
             request_key: request_key(buyer),
             user_id: user_id(buyer),
             qty: Qty::parse(qty as i64, max_per_user).expect("buyers ask for 1..=max_per_user"),

@@ -117,6 +117,7 @@ impl Agent {
             .collect();
         let (skus, full) = self.reports.to_send(all, &returns);
         let req = SyncRequest {
+            limits: Default::default(),
             epoch: i64::from(self.epoch),
             seq: self.sync_seq,
             rtt_ms: self.last_rtt_ms,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use escrow_core::allocation::RegionAllocation;
-use escrow_core::{Mode, Sku, Tenant};
+use escrow_core::{Mode, Sku, Tenant, UserLimitScope};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -100,6 +100,10 @@ pub struct SkuSummary {
     pub max_per_user: u32,
     /// Default hold duration.
     pub hold_ttl_ms: u64,
+    /// `region`: the per-user limit counts each region's rows; `global`:
+    /// all regions' together.
+    #[schema(value_type = String, example = "region")]
+    pub user_limit_scope: UserLimitScope,
     /// The policy the SKU runs.
     pub policy: String,
     /// All of the policy's settings; null for `static` and `central`.
@@ -279,6 +283,7 @@ fn summary_of(loaded: &Loaded, at: &ViewAt) -> Result<SkuSummary, StoreError> {
         paused: a.paused,
         max_per_user: a.settings.max_per_user,
         hold_ttl_ms: a.settings.hold_ttl.get(),
+        user_limit_scope: a.settings.user_limit_scope,
         policy: policy.name().to_owned(),
         settings: policy.settings(),
         policy_is_default: loaded.policy.is_none(),
