@@ -157,7 +157,9 @@ impl Store {
         let mut tx = self.db.write().await?;
         // Who to wake, with what their watch answer may carry.
         let mut wake: Vec<(RegionName, LimitsDown)> = Vec::new();
-        for ask in &up.asks {
+        // A region never borrows from itself: such an ask (or return) is
+        // no borrow at all, and is answered nothing.
+        for ask in up.asks.iter().filter(|a| a.home != *region) {
             let valid = names_the_home(&mut tx, region, ask).await?;
             let state = if valid { "ASKED" } else { "REFUSED" };
             if insert(&mut tx, region, ask, state).await? && valid {
@@ -168,10 +170,8 @@ impl Store {
                 wake.push((ask.home.clone(), carry));
             }
         }
-        for ret in &up.returns {
-            if ret.home != *region {
-                insert(&mut tx, region, ret, "RETURNED").await?;
-            }
+        for ret in up.returns.iter().filter(|r| r.home != *region) {
+            insert(&mut tx, region, ret, "RETURNED").await?;
             match state_of(&mut tx, ret.id.as_str(), "borrower", region).await? {
                 Some((state, home)) if state == "ASKED" || state == "LENT" => {
                     advance(&mut tx, ret.id.as_str(), &state, "RETURNING").await?;

@@ -11,7 +11,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use escrow_core::owner::gate;
-use escrow_core::{Deadline, Qty, RequestKey, Reservation, Sku, Tenant, TtlMs, UserId};
+use escrow_core::{
+    Deadline, Qty, RequestKey, Reservation, Sku, Tenant, TtlMs, UserId, UserLimitScope,
+};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 use utoipa::{IntoParams, ToSchema};
@@ -207,6 +209,47 @@ pub async fn reserve(
             ))),
         };
     }
+    let asked = Asked {
+        tenant,
+        key,
+        user,
+        sku,
+        qty,
+        ttl,
+    };
+    if view.settings().user_limit_scope == UserLimitScope::Global && state.link().is_some() {
+        // A place borrowed for this request must go home unless it is
+        // held: in a task of its own, so a client that goes away strands
+        // no place.
+        return tokio::spawn(decide(state, handle, asked))
+            .await
+            .map_err(|_| ApiError::Paused(PauseReason::Halted))?;
+    }
+    decide(state, handle, asked).await
+}
+
+/// A reserve request past its checks and the gate.
+struct Asked {
+    tenant: Tenant,
+    key: RequestKey,
+    user: UserId,
+    sku: Sku,
+    qty: Qty,
+    ttl: Option<TtlMs>,
+}
+
+/// Has `asked` decided by its SKU's owner, on a place borrowed from the
+/// user's home region when the SKU's per-user limit is global and the user
+/// is at home elsewhere; the borrow goes home unless the hold is made.
+async fn decide(state: AppState, handle: OwnerHandle, asked: Asked) -> Result<Response, ApiError> {
+    let Asked {
+        tenant,
+        key,
+        user,
+        sku,
+        qty,
+        ttl,
+    } = asked;
     let borrow = match place(&state, &handle.view, &tenant, &sku, &user, &key).await {
         Ok(Place::Here) => None,
         Ok(Place::Borrowed(id)) => Some(id),
@@ -229,13 +272,17 @@ pub async fn reserve(
         qty,
         ttl,
     };
-    enqueue(&handle, Command::Reserve(request, deadline, tx))?;
+    let queued = enqueue(&handle, Command::Reserve(request, deadline, tx));
     // The owner answers every queued request; a dropped sender means it stopped.
-    let reply = rx.await;
-    if let Some(id) = borrow.filter(|_| !matches!(reply, Ok(ReserveReply::Held(_)))) {
+    let reply = match queued {
+        Ok(()) => rx.await.ok(),
+        Err(_) => None,
+    };
+    if let Some(id) = borrow.filter(|_| !matches!(reply, Some(ReserveReply::Held(_)))) {
         state.borrows().give_back(&state, &id).await?;
     }
-    let reply = reply.map_err(|_| ApiError::Paused(PauseReason::Halted))?;
+    queued?;
+    let reply = reply.ok_or(ApiError::Paused(PauseReason::Halted))?;
     Ok(match reply {
         ReserveReply::Held(r) => with_outcome(&state, StatusCode::CREATED, Outcome::Held, &r),
         ReserveReply::Replay(r) => with_outcome(&state, StatusCode::OK, Outcome::Replay, &r),
