@@ -125,7 +125,9 @@ pub(super) async fn forget(tx: &mut Tx, ids: &[TransferId]) -> Result<(), StoreE
 /// As the home region: lends each place asked for where its user holds,
 /// has sold or has lent nothing of the SKU here (the one-active-per-user
 /// index decides), and answers each. Asked again, a loan is answered as
-/// it stands: lent while its row is LENT, refused once it is back.
+/// it stands: lent while its row is LENT, refused once it is back. An ask
+/// for a SKU this region does not have yet (its first directive is on its
+/// way) is left unanswered: the coordinator asks again.
 pub(super) async fn lend(
     tx: &mut Tx,
     asks: &[Borrow],
@@ -136,10 +138,18 @@ pub(super) async fn lend(
     let mut asks: Vec<&Borrow> = asks.iter().collect();
     asks.sort_by(|a, b| a.id.cmp(&b.id));
     for ask in asks {
+        let known = sql("SELECT 1 FROM sku_stock WHERE tenant = $1 AND sku = $2")
+            .bind(ask.tenant.as_str())
+            .bind(ask.sku.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        if !known {
+            continue;
+        }
         let key = RequestKey::lend(&ask.id);
         sql("INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
-             SELECT $1, $2, $3, $4, 1, 'LENT', $5, $5
-             WHERE EXISTS (SELECT 1 FROM sku_stock WHERE tenant = $1 AND sku = $3)
+             VALUES ($1, $2, $3, $4, 1, 'LENT', $5, $5)
              ON CONFLICT DO NOTHING")
         .bind(ask.tenant.as_str())
         .bind(key.as_str())
