@@ -133,6 +133,100 @@ fn rendezvous(region: &RegionName, user: &UserId) -> u64 {
     h ^ (h >> 33)
 }
 
+/// Where a borrowed place stands at the coordinator, which relays it
+/// between the borrowing region and the user's home. States only move
+/// forward, each move named below, so a repeated, late or reordered message
+/// never lends a place twice or strands one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BorrowState {
+    /// The home has not answered.
+    Asked,
+    /// The home lent the place.
+    Lent,
+    /// The home refused (or the ask was no valid borrow).
+    Refused,
+    /// The borrower gave the place back; the home has not yet taken it.
+    Returning,
+    /// Home again, or never lent: the id is spent.
+    Returned,
+}
+
+impl BorrowState {
+    /// Every state, in the order a borrow may pass through them.
+    pub const ALL: [Self; 5] = [
+        Self::Asked,
+        Self::Lent,
+        Self::Refused,
+        Self::Returning,
+        Self::Returned,
+    ];
+
+    /// The state of a new ask: relayed if it names the user's true home
+    /// for a global SKU, refused otherwise.
+    pub fn asked(valid: bool) -> Self {
+        if valid {
+            Self::Asked
+        } else {
+            Self::Refused
+        }
+    }
+
+    /// The borrower gives the place back. A return for an id never asked
+    /// is recorded [`Self::Returned`] first, so a late ask finds it spent.
+    pub fn on_return(self) -> Option<Self> {
+        match self {
+            Self::Asked | Self::Lent => Some(Self::Returning),
+            Self::Refused => Some(Self::Returned),
+            Self::Returning | Self::Returned => None,
+        }
+    }
+
+    /// The home answers an ask. An answer to a borrow already given back
+    /// matters only if it refused: then nothing is out.
+    pub fn on_answer(self, lent: bool) -> Option<Self> {
+        match self {
+            Self::Asked if lent => Some(Self::Lent),
+            Self::Asked => Some(Self::Refused),
+            Self::Returning if !lent => Some(Self::Returned),
+            _ => None,
+        }
+    }
+
+    /// The home took the place back.
+    pub fn on_taken_back(self) -> Option<Self> {
+        match self {
+            Self::Returning => Some(Self::Returned),
+            _ => None,
+        }
+    }
+
+    /// What the borrower is told of its ask: lent, refused, or nothing yet
+    /// (a borrow it has given back waits for [`Self::Returned`]).
+    pub fn answer(self) -> Option<bool> {
+        match self {
+            Self::Lent => Some(true),
+            Self::Refused => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The state as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Asked => "ASKED",
+            Self::Lent => "LENT",
+            Self::Refused => "REFUSED",
+            Self::Returning => "RETURNING",
+            Self::Returned => "RETURNED",
+        }
+    }
+
+    /// A stored state.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
 /// 64-bit FNV-1a over `parts` in order: fixed by its definition, so the
 /// home of a user never moves with a compiler or library version (std's
 /// hasher promises no such thing).
@@ -190,6 +284,50 @@ mod tests {
             assert!((800..1_200).contains(&counts[region]), "{counts:?}");
         }
         assert_eq!(home_region(&user("x"), &[]), None);
+    }
+
+    /// A state's place in the order every move increases.
+    fn rank(state: BorrowState) -> usize {
+        match state {
+            BorrowState::Asked => 0,
+            BorrowState::Lent | BorrowState::Refused => 1,
+            BorrowState::Returning => 2,
+            BorrowState::Returned => 3,
+        }
+    }
+
+    /// Goal: every move of a borrow goes forward; a place lent is asked
+    /// back before it is spent, and a refused one is never lent after.
+    #[test]
+    fn borrows_only_move_forward() {
+        use BorrowState::*;
+        for state in BorrowState::ALL {
+            assert_eq!(BorrowState::parse(state.as_str()), Some(state));
+            let moves = [
+                state.on_return(),
+                state.on_answer(true),
+                state.on_answer(false),
+                state.on_taken_back(),
+            ];
+            for next in moves.into_iter().flatten() {
+                assert!(rank(next) > rank(state), "{state:?} -> {next:?}");
+            }
+        }
+        assert_eq!(Lent.on_return(), Some(Returning));
+        assert_eq!(
+            Returning.on_answer(true),
+            None,
+            "a late loan is still asked back"
+        );
+        assert_eq!(
+            Refused.on_answer(true),
+            None,
+            "a refused borrow is never lent"
+        );
+        assert_eq!(Refused.on_return(), Some(Returned));
+        assert_eq!(Returned.on_return(), None);
+        assert_eq!(BorrowState::asked(false), Refused);
+        assert_eq!(BorrowState::parse("lent"), None);
     }
 
     /// Goal: only a global SKU's user away from home needs a borrow, and a

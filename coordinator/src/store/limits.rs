@@ -2,9 +2,9 @@
 //! places between the region where a user buys and the user's home
 //! region (docs/protocol.md, "Per-user limit across regions").
 //!
-//! Each borrow is one row of `borrows`, moved only forward
-//! (ASKED -> LENT | REFUSED -> RETURNING -> RETURNED) by conditional
-//! statements, so a repeated, late or reordered message never lends a place
+//! Each borrow is one row of `borrows`, moved only forward by
+//! escrow-core's [`BorrowState`] rules (ASKED -> LENT | REFUSED ->
+//! RETURNING -> RETURNED), each move a conditional statement, so a repeated, late or reordered message never lends a place
 //! twice or loses one: a return that arrives before its ask records the id
 //! RETURNED, and the ask is then never relayed; a loan the home makes after
 //! the borrower gave up is asked back. Once committed, what the home and
@@ -12,7 +12,7 @@
 //! (`Notices::add_limits`), half a round trip ahead of their syncs.
 
 use escrow_core::protocol::{Borrow, LendAnswer, LimitsDown, LimitsUp};
-use escrow_core::user_limit::home_region;
+use escrow_core::user_limit::{home_region, BorrowState};
 use escrow_core::{RegionName, UserLimitScope};
 
 use super::backend::{sql, Row, Tx};
@@ -64,13 +64,14 @@ async fn names_the_home(
         && borrow.home != *borrower)
 }
 
-/// The state of borrow `id` as its borrower or its home sees it.
+/// The state of borrow `id` as its borrower or its home sees it, with the
+/// other region.
 async fn state_of(
     tx: &mut Tx,
     id: &str,
     side: &str,
     region: &RegionName,
-) -> Result<Option<(String, RegionName)>, StoreError> {
+) -> Result<Option<(BorrowState, RegionName)>, StoreError> {
     let other = if side == "borrower" {
         "home"
     } else {
@@ -83,16 +84,26 @@ async fn state_of(
     .bind(region.as_str())
     .fetch_optional(&mut *tx)
     .await?;
-    row.map(|row| Ok((row.try_get("state")?, ident(&row, "other")?)))
-        .transpose()
+    row.map(|row| {
+        let state: String = row.try_get("state")?;
+        let state = BorrowState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("stored borrow state {state}")))?;
+        Ok((state, ident(&row, "other")?))
+    })
+    .transpose()
 }
 
-/// Moves borrow `id` from `from` to `to`.
-async fn advance(tx: &mut Tx, id: &str, from: &str, to: &str) -> Result<(), StoreError> {
+/// Moves borrow `id` from `from` to `to`, if it is still at `from`.
+async fn advance(
+    tx: &mut Tx,
+    id: &str,
+    from: BorrowState,
+    to: BorrowState,
+) -> Result<(), StoreError> {
     sql("UPDATE borrows SET state = $3 WHERE id = $1 AND state = $2")
         .bind(id)
-        .bind(from)
-        .bind(to)
+        .bind(from.as_str())
+        .bind(to.as_str())
         .execute(&mut *tx)
         .await?;
     Ok(())
@@ -103,7 +114,7 @@ async fn insert(
     tx: &mut Tx,
     borrower: &RegionName,
     borrow: &Borrow,
-    state: &str,
+    state: BorrowState,
 ) -> Result<bool, StoreError> {
     let inserted = sql(
         "INSERT INTO borrows (id, tenant, sku, user_id, borrower, home, state)
@@ -115,18 +126,22 @@ async fn insert(
     .bind(borrow.user_id.as_str())
     .bind(borrower.as_str())
     .bind(borrow.home.as_str())
-    .bind(state)
+    .bind(state.as_str())
     .execute(&mut *tx)
     .await?;
     Ok(inserted == 1)
 }
 
 /// The borrows for `home` in `state`.
-async fn for_home(tx: &mut Tx, home: &RegionName, state: &str) -> Result<Vec<Borrow>, StoreError> {
+async fn for_home(
+    tx: &mut Tx,
+    home: &RegionName,
+    state: BorrowState,
+) -> Result<Vec<Borrow>, StoreError> {
     sql("SELECT id, tenant, sku, user_id, home FROM borrows
          WHERE home = $1 AND state = $2 ORDER BY id")
     .bind(home.as_str())
-    .bind(state)
+    .bind(state.as_str())
     .fetch_all(&mut *tx)
     .await?
     .iter()
@@ -147,8 +162,8 @@ impl Store {
         if up.is_empty() {
             let mut tx = self.db.snapshot().await?;
             let down = LimitsDown {
-                lend_asks: for_home(&mut tx, region, "ASKED").await?,
-                lend_returns: for_home(&mut tx, region, "RETURNING").await?,
+                lend_asks: for_home(&mut tx, region, BorrowState::Asked).await?,
+                lend_returns: for_home(&mut tx, region, BorrowState::Returning).await?,
                 ..LimitsDown::default()
             };
             tx.commit().await?;
@@ -161,8 +176,7 @@ impl Store {
         // no borrow at all, and is answered nothing.
         for ask in up.asks.iter().filter(|a| a.home != *region) {
             let valid = names_the_home(&mut tx, region, ask).await?;
-            let state = if valid { "ASKED" } else { "REFUSED" };
-            if insert(&mut tx, region, ask, state).await? && valid {
+            if insert(&mut tx, region, ask, BorrowState::asked(valid)).await? && valid {
                 let carry = LimitsDown {
                     lend_asks: vec![ask.clone()],
                     ..LimitsDown::default()
@@ -171,71 +185,69 @@ impl Store {
             }
         }
         for ret in up.returns.iter().filter(|r| r.home != *region) {
-            insert(&mut tx, region, ret, "RETURNED").await?;
-            match state_of(&mut tx, ret.id.as_str(), "borrower", region).await? {
-                Some((state, home)) if state == "ASKED" || state == "LENT" => {
-                    advance(&mut tx, ret.id.as_str(), &state, "RETURNING").await?;
+            insert(&mut tx, region, ret, BorrowState::Returned).await?;
+            let Some((state, home)) =
+                state_of(&mut tx, ret.id.as_str(), "borrower", region).await?
+            else {
+                continue;
+            };
+            if let Some(next) = state.on_return() {
+                advance(&mut tx, ret.id.as_str(), state, next).await?;
+                if next == BorrowState::Returning {
                     let carry = LimitsDown {
                         lend_returns: vec![ret.clone()],
                         ..LimitsDown::default()
                     };
                     wake.push((home, carry));
                 }
-                Some((state, _)) if state == "REFUSED" => {
-                    advance(&mut tx, ret.id.as_str(), &state, "RETURNED").await?;
-                }
-                _ => {}
             }
         }
         for answer in &up.answers {
             let id = answer.id.as_str();
-            match state_of(&mut tx, id, "home", region).await? {
-                Some((state, borrower)) if state == "ASKED" => {
-                    let to = if answer.lent { "LENT" } else { "REFUSED" };
-                    advance(&mut tx, id, "ASKED", to).await?;
-                    let carry = LimitsDown {
-                        answers: vec![answer.clone()],
-                        ..LimitsDown::default()
-                    };
-                    wake.push((borrower, carry));
-                }
-                Some((state, borrower)) if state == "RETURNING" && !answer.lent => {
-                    advance(&mut tx, id, "RETURNING", "RETURNED").await?;
-                    wake.push((borrower, LimitsDown::default()));
-                }
-                _ => {}
+            let Some((state, borrower)) = state_of(&mut tx, id, "home", region).await? else {
+                continue;
+            };
+            if let Some(next) = state.on_answer(answer.lent) {
+                advance(&mut tx, id, state, next).await?;
+                let answers = next.answer().map(|lent| LendAnswer {
+                    id: answer.id.clone(),
+                    lent,
+                });
+                let carry = LimitsDown {
+                    answers: answers.into_iter().collect(),
+                    ..LimitsDown::default()
+                };
+                wake.push((borrower, carry));
             }
         }
         for id in &up.returned {
-            if let Some((state, borrower)) = state_of(&mut tx, id.as_str(), "home", region).await? {
-                if state == "RETURNING" {
-                    advance(&mut tx, id.as_str(), "RETURNING", "RETURNED").await?;
-                    wake.push((borrower, LimitsDown::default()));
-                }
+            let Some((state, borrower)) = state_of(&mut tx, id.as_str(), "home", region).await?
+            else {
+                continue;
+            };
+            if let Some(next) = state.on_taken_back() {
+                advance(&mut tx, id.as_str(), state, next).await?;
+                wake.push((borrower, LimitsDown::default()));
             }
         }
         let mut down = LimitsDown::default();
         for ask in &up.asks {
-            if let Some((state, _)) = state_of(&mut tx, ask.id.as_str(), "borrower", region).await?
-            {
-                if state == "LENT" || state == "REFUSED" {
-                    down.answers.push(LendAnswer {
-                        id: ask.id.clone(),
-                        lent: state == "LENT",
-                    });
-                }
+            let state = state_of(&mut tx, ask.id.as_str(), "borrower", region).await?;
+            if let Some(lent) = state.and_then(|(state, _)| state.answer()) {
+                down.answers.push(LendAnswer {
+                    id: ask.id.clone(),
+                    lent,
+                });
             }
         }
         for ret in &up.returns {
-            if let Some((state, _)) = state_of(&mut tx, ret.id.as_str(), "borrower", region).await?
-            {
-                if state == "RETURNED" {
-                    down.returned.push(ret.id.clone());
-                }
+            let state = state_of(&mut tx, ret.id.as_str(), "borrower", region).await?;
+            if state.is_some_and(|(state, _)| state == BorrowState::Returned) {
+                down.returned.push(ret.id.clone());
             }
         }
-        down.lend_asks = for_home(&mut tx, region, "ASKED").await?;
-        down.lend_returns = for_home(&mut tx, region, "RETURNING").await?;
+        down.lend_asks = for_home(&mut tx, region, BorrowState::Asked).await?;
+        down.lend_returns = for_home(&mut tx, region, BorrowState::Returning).await?;
         tx.commit().await?;
         for (other, carry) in wake.into_iter().filter(|(r, _)| r != region) {
             self.notices.add_limits(&other, |kept| {
