@@ -18,7 +18,7 @@ use std::time::Duration;
 use escrow_core::owner::PauseReason;
 use escrow_core::protocol::{Borrow, LendAnswer, LimitsDown, LimitsUp};
 use escrow_core::user_limit::{judge, Judge};
-use escrow_core::{RegionName, RequestKey, Sku, Tenant, TransferId, UserId};
+use escrow_core::{RegionName, RequestKey, Sku, Tenant, TransferId, UserId, UserLimitScope};
 use tokio::sync::oneshot;
 
 use crate::owner::SkuView;
@@ -66,6 +66,10 @@ pub async fn place(
         return Ok(Place::Here);
     };
     let scope = view.settings().user_limit_scope;
+    if scope == UserLimitScope::Region {
+        // The hot path: no regions to read.
+        return Ok(Place::Here);
+    }
     let home = match judge(scope, user, state.region(), &view.limit_regions()) {
         Judge::Here => return Ok(Place::Here),
         Judge::Unknown => return Err(PauseReason::CoordinatorUnreachable),

@@ -242,19 +242,28 @@ struct Asked {
 /// user's home region when the SKU's per-user limit is global and the user
 /// is at home elsewhere; the borrow goes home unless the hold is made.
 async fn decide(state: AppState, handle: OwnerHandle, asked: Asked) -> Result<Response, ApiError> {
-    let Asked {
-        tenant,
-        key,
-        user,
-        sku,
-        qty,
-        ttl,
-    } = asked;
-    let borrow = match place(&state, &handle.view, &tenant, &sku, &user, &key).await {
+    let borrow = match place(
+        &state,
+        &handle.view,
+        &asked.tenant,
+        &asked.sku,
+        &asked.user,
+        &asked.key,
+    )
+    .await
+    {
         Ok(Place::Here) => None,
         Ok(Place::Borrowed(id)) => Some(id),
-        Ok(Place::Taken) => match state.store().reservation(&tenant, &key).await? {
-            Some(r) => return Ok(replay_or_reused(&state, &r, &user, &sku, qty)),
+        Ok(Place::Taken) => match state.store().reservation(&asked.tenant, &asked.key).await? {
+            Some(r) => {
+                return Ok(replay_or_reused(
+                    &state,
+                    &r,
+                    &asked.user,
+                    &asked.sku,
+                    asked.qty,
+                ))
+            }
             None => {
                 metrics::counter!("escrow_reservations_total", "outcome" => "USER_LIMIT")
                     .increment(1);
@@ -267,10 +276,10 @@ async fn decide(state: AppState, handle: OwnerHandle, asked: Asked) -> Result<Re
     let (tx, rx) = oneshot::channel();
     let request = ReserveRequest {
         borrow: borrow.clone(),
-        request_key: key,
-        user_id: user,
-        qty,
-        ttl,
+        request_key: asked.key,
+        user_id: asked.user,
+        qty: asked.qty,
+        ttl: asked.ttl,
     };
     let queued = enqueue(&handle, Command::Reserve(request, deadline, tx));
     // The owner answers every queued request; a dropped sender means it stopped.

@@ -134,10 +134,7 @@ pub(super) async fn lend(
     now_ms: u64,
 ) -> Result<Vec<LendAnswer>, StoreError> {
     let mut answers = Vec::with_capacity(asks.len());
-    // Rows in id order, as every other writer of loans takes them.
-    let mut asks: Vec<&Borrow> = asks.iter().collect();
-    asks.sort_by(|a, b| a.id.cmp(&b.id));
-    for ask in asks {
+    for ask in in_id_order(asks) {
         let known = sql("SELECT 1 FROM sku_stock WHERE tenant = $1 AND sku = $2")
             .bind(ask.tenant.as_str())
             .bind(ask.sku.as_str())
@@ -147,17 +144,8 @@ pub(super) async fn lend(
         if !known {
             continue;
         }
+        insert_loan_row(tx, ask, "LENT", now_ms).await?;
         let key = RequestKey::lend(&ask.id);
-        sql("INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
-             VALUES ($1, $2, $3, $4, 1, 'LENT', $5, $5)
-             ON CONFLICT DO NOTHING")
-        .bind(ask.tenant.as_str())
-        .bind(key.as_str())
-        .bind(ask.sku.as_str())
-        .bind(ask.user_id.as_str())
-        .bind(at(now_ms))
-        .execute(&mut *tx)
-        .await?;
         let lent = sql("SELECT 1 FROM reservations
                         WHERE tenant = $1 AND request_key = $2 AND status = 'LENT'")
         .bind(ask.tenant.as_str())
@@ -180,9 +168,7 @@ pub(super) async fn take_back(
     loans: &[Borrow],
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let mut loans: Vec<&Borrow> = loans.iter().collect();
-    loans.sort_by(|a, b| a.id.cmp(&b.id));
-    for loan in loans {
+    for loan in in_id_order(loans) {
         let key = RequestKey::lend(&loan.id);
         sql("UPDATE reservations SET status = 'RETURNED'
              WHERE tenant = $1 AND request_key = $2 AND status = 'LENT'")
@@ -190,16 +176,38 @@ pub(super) async fn take_back(
         .bind(key.as_str())
         .execute(&mut *tx)
         .await?;
-        sql("INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
-             VALUES ($1, $2, $3, $4, 1, 'RETURNED', $5, $5)
-             ON CONFLICT DO NOTHING")
-        .bind(loan.tenant.as_str())
-        .bind(key.as_str())
-        .bind(loan.sku.as_str())
-        .bind(loan.user_id.as_str())
-        .bind(at(now_ms))
-        .execute(&mut *tx)
-        .await?;
+        insert_loan_row(tx, loan, "RETURNED", now_ms).await?;
     }
     Ok(())
+}
+
+/// Inserts `loan`'s reservation row (key `/lend/{id}`, one unit, no
+/// counter behind it) with `status`, unless its key, or for LENT its
+/// user's one active place, is taken.
+async fn insert_loan_row(
+    tx: &mut Tx,
+    loan: &Borrow,
+    status: &str,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    sql("INSERT INTO reservations (tenant, request_key, sku, user_id, qty, status, expires_at, created_at)
+         VALUES ($1, $2, $3, $4, 1, $5, $6, $6)
+         ON CONFLICT DO NOTHING")
+    .bind(loan.tenant.as_str())
+    .bind(RequestKey::lend(&loan.id).as_str())
+    .bind(loan.sku.as_str())
+    .bind(loan.user_id.as_str())
+    .bind(status)
+    .bind(at(now_ms))
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// `loans` in id order: every writer of loan rows takes them so, and two
+/// transactions never wait for each other's rows in opposite orders.
+fn in_id_order(loans: &[Borrow]) -> Vec<&Borrow> {
+    let mut loans: Vec<&Borrow> = loans.iter().collect();
+    loans.sort_by(|a, b| a.id.cmp(&b.id));
+    loans
 }
