@@ -56,7 +56,7 @@ impl RefillSettings {
     /// up to its target; when the pool cannot cover them all, it is shared
     /// in proportion to what each lacks (the busiest region does not take
     /// it all while a quieter one's buyers wait too).
-    pub(super) fn refills(&self, sku: &SkuState) -> Refills {
+    pub(super) fn refills(&self, sku: &SkuState) -> Vec<(usize, u64)> {
         let needy: Vec<(usize, u64)> = sku
             .regions
             .iter()
@@ -75,28 +75,13 @@ impl RefillSettings {
                 .collect();
             split_by_weight(sku.pool, &weights)
         };
-        let grants: Vec<(usize, u64)> = needy
+        needy
             .iter()
             .zip(units)
             .filter(|(_, units)| *units > 0)
             .map(|((i, _), units)| (*i, units))
-            .collect();
-        Refills {
-            grants,
-            needy: needy.iter().map(|(i, _)| *i).collect(),
-            covered: wanted <= sku.pool,
-        }
+            .collect()
     }
-}
-
-/// What [`RefillSettings::refills`] decided.
-pub(super) struct Refills {
-    /// Units from the pool, by region index.
-    pub(super) grants: Vec<(usize, u64)>,
-    /// Regions below their low-water mark.
-    pub(super) needy: Vec<usize>,
-    /// Whether the pool covered every region's want.
-    pub(super) covered: bool,
 }
 
 /// Refill from the pool when a region falls below its low-water mark.
@@ -115,7 +100,7 @@ impl Policy for RefillOnLowWater {
     }
     fn plan(&self, sku: &SkuState) -> Plan {
         Plan {
-            grants: self.settings.refills(sku).grants,
+            grants: self.settings.refills(sku),
             ..Plan::default()
         }
     }

@@ -1,12 +1,12 @@
-//! [`TailMerge`], the policy the services run by default: refills by
-//! measured demand, recalls of surplus when the pool runs short, and the
+//! [`TailMerge`], the policy the services run by default: units shared
+//! by measured demand, moved only while they can arrive in time, and the
 //! last units merged into central mode.
 
 use serde::{Deserialize, Serialize};
 
 use super::central::central_plan;
 use super::refill::RefillSettings;
-use super::{demand_shares, Mode, Plan, Policy, RegionState, SkuState};
+use super::{demand_shares, split_by_weight, Mode, Plan, Policy, RegionState, SkuState};
 
 /// Settings of [`TailMerge`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -81,14 +81,15 @@ impl Default for TailMergeSettings {
 }
 
 /// Our policy. Units follow each region's measured demand ahead of need:
-/// a region below its low-water mark (what it sells while a refill
-/// travels its own round trip) is refilled from the pool, shared by what
-/// each short region lacks; when the pool cannot cover them, regions with
-/// known demand give back what they hold beyond their share of the
-/// remainder by demand plus what they sell during a move. The
-/// last few units merge into central mode, where a region still sells
-/// its own units locally while its buyers ask and only a region without
-/// any pays its own round trip (see docs/protocol.md, "Distance").
+/// a region short of its share of the remainder by demand gets the pool,
+/// shared by what each short region lacks, and units asked back from the
+/// regions above what they keep (their share, or what they sell
+/// themselves during a move out, whichever is more), nearest first, but
+/// only units that arrive before the short region's buyers would wait
+/// longer than its own round trip for them. The last few units merge into
+/// central mode, where a region still sells its own units locally while
+/// its buyers ask and only a region without any pays its own round trip
+/// (see docs/protocol.md, "Distance").
 #[derive(Debug, Clone, Default)]
 pub struct TailMerge {
     /// Settings.
@@ -115,16 +116,23 @@ impl TailMerge {
             .max(horizon)
     }
 
-    /// What region `r` sells while units move to or from it.
+    /// What region `r` sells while units move out of it: during
+    /// [`TailMergeSettings::keep_round_trips`] of its round trips plus
+    /// [`TailMergeSettings::move_overhead_ms`].
     fn cushion(&self, r: &RegionState) -> u64 {
-        let move_ms = self.settings.keep_round_trips * r.rtt_ms as f64
-            + self.settings.move_overhead_ms as f64;
-        (r.sale_rate_per_s * move_ms / 1_000.0).ceil() as u64
+        (r.sale_rate_per_s * self.move_out_ms(r) / 1_000.0).ceil() as u64
     }
 
-    /// Per region, the most units it should have on hand: its share of
-    /// the remainder by demand plus its cushion, at least `min_units`.
-    fn ceilings(&self, sku: &SkuState) -> Vec<u64> {
+    /// How long units asked back from `r` take to reach the pool, ms.
+    fn move_out_ms(&self, r: &RegionState) -> f64 {
+        self.settings.keep_round_trips * r.rtt_ms as f64 + self.settings.move_overhead_ms as f64
+    }
+
+    /// Per region, the most free units it keeps when others need units:
+    /// its share of the remainder by demand, or what it sells itself
+    /// while units asked back would travel (its cushion), whichever is
+    /// more; at least `min_units`.
+    fn keeps(&self, sku: &SkuState) -> Vec<u64> {
         let min_units = self.settings.refill.min_units;
         sku.regions
             .iter()
@@ -133,68 +141,156 @@ impl TailMerge {
                 if r.weight == 0 {
                     0
                 } else {
-                    (share + self.cushion(r)).max(min_units)
+                    share.max(self.cushion(r)).max(min_units)
                 }
             })
             .collect()
     }
 
-    /// Refills and, when the pool cannot cover the regions that will run
-    /// short or a take came back `short` (a region's buyers wait now),
-    /// recalls of what regions hold beyond their ceilings.
+    /// Grants from the pool to the regions short of their share of the
+    /// remainder by demand, and recalls, from the regions above what
+    /// they keep, of what those short regions lack beyond the pool.
+    ///
+    /// A unit moves from region `i` to region `j` only if it reaches
+    /// `j` before `j`'s buyers would wait longer for it than `j`'s own
+    /// round trip (at least [`TailMergeSettings::merge_rtt_max_ms`]):
+    /// no buyer pays another region's distance. A move takes `i`'s
+    /// move out ([`TailMerge::move_out_ms`]) and half of `j`'s round
+    /// trip (the grant rides `j`'s watch answer); `j` runs dry after
+    /// its units on hand at its rate. Sources are taken nearest first.
+    /// A move that would land too late is not made: `j`'s buyers then
+    /// wait for the last units or hear sold out, and the units sell
+    /// where they are, to their own region's buyers.
     ///
     /// A region that has not reported demand while others have is planned
-    /// for as selling at the others' rate per unit of weight, and nothing
-    /// is recalled from it: its buyers' first report may still be on its
-    /// way, from farther than the others' (agents report a spell of demand
-    /// only once it is `RATE_REPORT_AFTER_MS` old). Stripping it when
-    /// another region's take came back short moved a far region's units
-    /// from under its own buyers in a burst where every region had more
-    /// buyers than units (docs/protocol.md, "Distance").
-    fn escrow_plan(&self, reported: &SkuState, short: bool) -> Plan {
-        let expected = with_prior_demand(reported);
-        let sku = &expected;
-        let refill = &self.settings.refill;
-        let ceilings = self.ceilings(sku);
-        // Refills go by reported demand only: the prior keeps a silent
-        // region's units where they are, but is no reason to send it more
-        // (in a sale skewed 85/10/5 it counted the far region as selling
-        // at the average rate, and units recalled for the busy region went
-        // there instead).
-        let refills = refill.refills(reported);
-        let mut plan = Plan {
-            grants: refills.grants,
-            ..Plan::default()
-        };
-        if !refills.covered || short {
-            let surplus = |needy_too: bool| -> Vec<(usize, u64)> {
-                sku.regions
-                    .iter()
-                    .zip(&ceilings)
-                    .enumerate()
-                    .filter(|(i, _)| reported.regions[*i].sale_rate_per_s > 0.0)
-                    .filter(|(i, _)| needy_too || !refills.needy.contains(i))
-                    .filter_map(|(i, (r, ceiling))| {
-                        let free = r.available.saturating_sub(r.recall_pending);
-                        (free > *ceiling).then(|| (i, free - ceiling))
-                    })
-                    .collect()
-            };
-            // Regions below their low-water mark keep their units while
-            // others have some to spare; when none has, those above their
-            // ceiling give back too: when the whole remainder sells within
-            // less than the mark's second, every region is below it, and
-            // the busiest region's buyers would wait for the tail merge.
-            plan.recalls = surplus(false);
-            if plan.recalls.is_empty() {
-                plan.recalls = surplus(true);
-                let recalls = &plan.recalls;
-                plan.grants
-                    .retain(|(i, _)| !recalls.iter().any(|(j, _)| j == i));
+    /// for as selling at the others' rate per unit of weight: nothing is
+    /// recalled from it and nothing granted to it, as its buyers' first
+    /// report may still be on its way, from farther than the others'
+    /// (agents report a spell of demand only once it is
+    /// `RATE_REPORT_AFTER_MS` old). Stripping it moved a far region's
+    /// units from under its own buyers in a burst (docs/protocol.md,
+    /// "Distance").
+    fn escrow_plan(&self, reported: &SkuState) -> Plan {
+        let sku = with_prior_demand(reported);
+        let known: Vec<bool> = sku
+            .regions
+            .iter()
+            .zip(&reported.regions)
+            .map(|(r, seen)| r.weight > 0 && seen.sale_rate_per_s > 0.0)
+            .collect();
+        let mut lacks: Vec<(usize, u64)> = demand_shares(&sku)
+            .into_iter()
+            .enumerate()
+            .filter(|(j, _)| known[*j])
+            .map(|(j, share)| (j, share.saturating_sub(sku.regions[j].on_hand())))
+            .filter(|(_, lack)| *lack > 0)
+            .collect();
+        let grants = grants_by_lack(sku.pool, &mut lacks);
+        let spare: Vec<u64> = sku
+            .regions
+            .iter()
+            .zip(self.keeps(&sku))
+            .zip(&known)
+            .map(|((r, keep), known)| {
+                let free = r.available.saturating_sub(r.recall_pending);
+                if *known {
+                    free.saturating_sub(keep)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        Plan {
+            grants,
+            recalls: self.recalls_in_time(&sku, &lacks, spare),
+            central: false,
+        }
+    }
+
+    /// Whether region `r` would still be selling its own free units long
+    /// after a move of `move_ms` landed elsewhere ([`LATE_MOVE_FACTOR`]
+    /// moves): units it would sell itself by then are not worth a move
+    /// that makes another region's buyers wait, but units it would hold
+    /// long after are stranded there.
+    fn sells_long_after(&self, r: &RegionState, move_ms: f64) -> bool {
+        let free = r.available.saturating_sub(r.recall_pending) as f64;
+        free * 1_000.0 > r.sale_rate_per_s * move_ms * LATE_MOVE_FACTOR
+    }
+
+    /// Recalls of `spare` units for the regions that still `lack` some,
+    /// each from the nearest sources whose units reach it in time (see
+    /// [`TailMerge::escrow_plan`]), by region index.
+    fn recalls_in_time(
+        &self,
+        sku: &SkuState,
+        lacks: &[(usize, u64)],
+        mut spare: Vec<u64>,
+    ) -> Vec<(usize, u64)> {
+        let mut recalls = vec![0u64; sku.regions.len()];
+        for &(j, lack) in lacks {
+            let to = &sku.regions[j];
+            let dry_ms = to.on_hand() as f64 * 1_000.0 / to.sale_rate_per_s;
+            let wait_ms = to.rtt_ms.max(self.settings.merge_rtt_max_ms) as f64;
+            let mut sources: Vec<(usize, f64)> = (0..sku.regions.len())
+                .filter(|&i| i != j && spare[i] > 0)
+                .map(|i| {
+                    (
+                        i,
+                        self.move_out_ms(&sku.regions[i]) + to.rtt_ms as f64 / 2.0,
+                    )
+                })
+                .filter(|&(i, move_ms)| {
+                    let in_time = move_ms - dry_ms * DRY_TIME_TRUSTED <= wait_ms;
+                    in_time || self.sells_long_after(&sku.regions[i], move_ms)
+                })
+                .collect();
+            sources.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let mut lack = lack;
+            for (i, _) in sources {
+                let units = spare[i].min(lack);
+                spare[i] -= units;
+                recalls[i] += units;
+                lack -= units;
             }
         }
-        plan
+        recalls
+            .into_iter()
+            .enumerate()
+            .filter(|(_, units)| *units > 0)
+            .collect()
     }
+}
+
+/// Share of a region's dry time (units on hand over its rate) a move may
+/// count on: the report is up to a sync interval old, and a rate measured
+/// in a burst's first tens of milliseconds reads low. Counting the whole
+/// of it moved units into regions that were dry before they came (in the
+/// simulator's `dist-burst`, 95 units from 80 ms away into a region dry 60
+/// ms later, its buyers waiting 130 ms for them).
+const DRY_TIME_TRUSTED: f64 = 0.5;
+
+/// How many moves' time a region must take to sell its own free units
+/// before they are moved to a region whose buyers would wait for them
+/// ([`TailMerge::escrow_plan`]).
+const LATE_MOVE_FACTOR: f64 = 2.0;
+
+/// Grants of the `pool` to the regions that `lack` units, in proportion
+/// to what each lacks; what each lacks is lowered by its grant.
+fn grants_by_lack(pool: u64, lacks: &mut [(usize, u64)]) -> Vec<(usize, u64)> {
+    let lacking: u64 = lacks.iter().map(|(_, lack)| lack).sum();
+    let weights: Vec<u32> = lacks
+        .iter()
+        .map(|(_, lack)| u32::try_from(*lack).unwrap_or(u32::MAX))
+        .collect();
+    let units = split_by_weight(pool.min(lacking), &weights);
+    let mut grants = Vec::new();
+    for ((j, lack), units) in lacks.iter_mut().zip(units) {
+        if units > 0 {
+            grants.push((*j, units));
+            *lack -= units;
+        }
+    }
+    grants
 }
 
 impl Policy for TailMerge {
@@ -208,13 +304,7 @@ impl Policy for TailMerge {
         if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
             return central_plan(sku);
         }
-        self.escrow_plan(sku, false)
-    }
-    fn plan_short(&self, sku: &SkuState) -> Plan {
-        if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
-            return central_plan(sku);
-        }
-        self.escrow_plan(sku, true)
+        self.escrow_plan(sku)
     }
 }
 

@@ -18,6 +18,14 @@ fn region(weight: u32, available: u64, rate: f64) -> RegionState {
     }
 }
 
+/// A region of weight 1 `rtt_ms` from the coordinator.
+fn far(available: u64, rate: f64, rtt_ms: u64) -> RegionState {
+    RegionState {
+        rtt_ms,
+        ..region(1, available, rate)
+    }
+}
+
 /// Goal: splits by weight sum exactly to the units, for any weights.
 #[test]
 fn split_by_weight_is_exact() {
@@ -27,9 +35,11 @@ fn split_by_weight_is_exact() {
     assert_eq!(split_by_weight(3, &[0, 1]), vec![0, 3]);
 }
 
-/// Goal: a region selling steadily is refilled before it runs dry, from the pool only.
+/// Goal: a region short of its share of the remainder by demand gets
+/// the pool, and what a slow region holds beyond its share (units it
+/// would take far longer than a move to sell) is asked back for it.
 #[test]
-fn refill_tops_up_a_region_below_low_water() {
+fn the_pool_and_a_slow_regions_surplus_go_where_demand_is() {
     let policy = TailMerge::default();
     let sku = SkuState {
         total: 10_000,
@@ -39,10 +49,61 @@ fn refill_tops_up_a_region_below_low_water() {
     };
     let plan = policy.plan(&sku);
     assert!(!plan.central);
-    assert_eq!(plan.grants.len(), 1);
-    assert_eq!(plan.grants[0].0, 0);
-    assert!(plan.grants[0].1 > 50);
-    assert!(plan.recalls.is_empty());
+    assert_eq!(plan.grants, vec![(0, 1_000)]);
+    // Remainder 6,005 shared 50:1: the slow region keeps its 118.
+    assert_eq!(plan.recalls, vec![(1, 5_000 - 118)]);
+}
+
+/// Goal: a region with a little more than its share, which it would
+/// sell itself before a move out of it landed, keeps it while a
+/// region that is dry before any move could reach it waits: no buyer
+/// pays another region's distance for units that sell where they are.
+#[test]
+fn units_that_sell_where_they_are_before_a_move_lands_stay() {
+    let policy = TailMerge::default();
+    // 600 left: shared 3:1, the far region's share is 150; it has 300,
+    // which it sells in 0.3 s at 1,000/s, and a move out of it takes
+    // 280 ms (230 ms + 50 ms) plus half the near region's round trip.
+    let sku = SkuState {
+        total: 10_000,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![far(300, 3_000.0, 20), far(300, 1_000.0, 230)],
+    };
+    let plan = policy.plan(&sku);
+    assert!(plan.recalls.is_empty(), "{plan:?}");
+    // The same units, selling at a tenth of the rate, would be there
+    // for 3 s: they move.
+    let slow = SkuState {
+        regions: vec![far(300, 3_000.0, 20), far(300, 100.0, 230)],
+        ..sku
+    };
+    assert!(!policy.plan(&slow).recalls.is_empty());
+}
+
+/// Goal: a region's units move to a region that will run short while
+/// they can still arrive before its buyers would wait longer than its
+/// own round trip, from the nearest region with units to spare first.
+#[test]
+fn units_move_ahead_of_need_from_the_nearest_spare_first() {
+    let policy = TailMerge::default();
+    // The near region has 1.6 s of its 400/s and lacks about 200 of
+    // its share; the 80 ms and the 230 ms regions have units beyond theirs.
+    let sku = SkuState {
+        total: 10_000,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![
+            far(650, 400.0, 20),
+            far(450, 150.0, 80),
+            far(400, 150.0, 230),
+        ],
+    };
+    let shares = demand_shares(&sku);
+    let lack = shares[0] - 650;
+    let plan = policy.plan(&sku);
+    let near = 450 - shares[1];
+    assert_eq!(plan.recalls, vec![(1, near), (2, lack - near)], "{plan:?}");
 }
 
 /// Goal: with the pool empty and a region starved, surplus comes back from a slow region.
@@ -81,10 +142,6 @@ fn tail_merges_below_threshold() {
 #[test]
 fn far_regions_keep_their_tail() {
     let policy = TailMerge::default();
-    let far = |available, rate, rtt_ms| RegionState {
-        rtt_ms,
-        ..region(1, available, rate)
-    };
     // 40 units left of 1,000, above the merge threshold of 20 (a
     // region is farther than 50 ms: no round trips count).
     let sku = SkuState {
@@ -123,9 +180,11 @@ fn recalls_spare_regions_whose_demand_is_unknown() {
     };
     let plan = policy.plan(&sku);
     // Remainder 810 shared 3:2:1 (the silent region counted at the
-    // others' 200/s per weight): the third region keeps 135, plus 15
-    // it sells during a move (100 ms round trip + 50 ms at 100/s).
-    assert_eq!(plan.recalls, vec![(2, 400 - 135 - 15)]);
+    // others' 200/s per weight): the third region keeps its 135 (more
+    // than the 15 it sells during a move: 100 ms round trip + 50 ms at
+    // 100/s); the rest would take it 2.65 s to sell, far longer than a
+    // move, so it goes although the first region is dry before it lands.
+    assert_eq!(plan.recalls, vec![(2, 400 - 135)]);
     let short = policy.plan_short(&sku);
     assert_eq!(short.recalls, plan.recalls);
 }
