@@ -32,6 +32,8 @@ pub struct TailMergeSettings {
     /// distance a tail merged by the farthest round trip (across oceans, the
     /// last ~45% of a sale) makes every region pay it, so there only the
     /// last units merge and each region sells its own locally until then.
+    /// It is also the least wait a move may cost a region's buyers
+    /// (`TailMerge::recalls_in_time`): on loopback a round trip is 0.
     #[serde(default = "default_merge_rtt_max_ms")]
     pub merge_rtt_max_ms: u64,
     /// A region keeps at least what its own buyers take during this many

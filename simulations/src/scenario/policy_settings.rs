@@ -82,10 +82,11 @@ pub struct TailMergeConfig {
     pub merge_horizon_ms: u64,
     /// ...plus this many round trips of the farthest region...
     pub merge_round_trips: u64,
-    /// ...where every region is at most this far (round trip, ms).
+    /// ...where every region is at most this far (round trip, ms); also
+    /// the least wait a move may cost a region's buyers.
     pub merge_rtt_max_ms: u64,
     /// A region keeps what its buyers take during this many of its round
-    /// trips plus `move_overhead_ms`, beyond its share of the remainder.
+    /// trips plus `move_overhead_ms`, where its share of the remainder is less.
     pub keep_round_trips: f64,
     /// What a move costs besides round trips, ms.
     pub move_overhead_ms: u64,
