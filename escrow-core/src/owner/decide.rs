@@ -118,7 +118,14 @@ impl SkuOwner {
             // region can serve do not wait for a round trip to the
             // coordinator that only the others need (across an ocean, a
             // quarter of a second for a whole batch when a region runs out).
-            if work.now_ms < self.next_take_ms || !work.plan.try_hold.is_empty() {
+            // Units granted and not yet credited are credited by this
+            // commit and planned with by the next batch, before any take:
+            // otherwise they would sit uncredited for the take's round trip
+            // while the buyers they could serve wait for it.
+            if work.now_ms < self.next_take_ms
+                || !work.plan.try_hold.is_empty()
+                || !self.pending_grants.is_empty()
+            {
                 work.take = TakeEnd::NotAsked;
                 return self.build(work);
             }

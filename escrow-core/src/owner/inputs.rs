@@ -46,7 +46,10 @@ impl SkuOwner {
         self.sold_out_everywhere = d.sold_out_everywhere;
         // Something moved: waiting requests may ask again at once.
         self.next_take_ms = 0;
-        merge_transfers(&mut self.pending_grants, grants);
+        let new = grants
+            .into_iter()
+            .filter(|g| !self.credited_grants.contains(&g.id));
+        merge_transfers(&mut self.pending_grants, new);
         // A recall, a grant or a change to persist is worth a batch now,
         // not at the next tick: another region's buyers may be waiting.
         if recalled || !self.pending_grants.is_empty() || !self.pending_changes.is_empty() {

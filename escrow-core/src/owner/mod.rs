@@ -118,6 +118,12 @@ pub const TAKE_BUDGET_MIN_MS: u64 = 500;
 /// waiting buyers need when it takes, in ms of sales (escrow mode only).
 pub const TAKE_PREFETCH_MS: u64 = 250;
 
+/// How many of the last committed grants' ids an owner remembers, to
+/// know a grant sent again (the coordinator resends one until it reads
+/// the region's ack, about a round trip) from a new one. A copy it has
+/// forgotten costs one batch: the store credits each id once.
+pub const CREDITED_GRANTS_KEPT: usize = 256;
+
 /// The single writer of one SKU.
 #[derive(Debug)]
 pub struct SkuOwner {
@@ -140,6 +146,10 @@ pub struct SkuOwner {
     sold_out_everywhere: bool,
     /// Grants from directives, credited with the next batch.
     pending_grants: Vec<TransferMsg>,
+    /// Ids of the grants the last batches committed, newest last (at most
+    /// [`CREDITED_GRANTS_KEPT`]): the coordinator sends a grant again until
+    /// it reads the region's ack, and such a copy is not a new unit.
+    credited_grants: VecDeque<TransferId>,
     /// Directive changes to persist with the next batch.
     pending_changes: Vec<StockChange>,
     rate: RateMeter,
@@ -198,6 +208,7 @@ impl SkuOwner {
             return_until: None,
             sold_out_everywhere: false,
             pending_grants: Vec::new(),
+            credited_grants: VecDeque::new(),
             pending_changes: Vec::new(),
             rate: RateMeter::new(now_ms, RATE_HALF_LIFE_MS),
             rate_per_s: 0.0,

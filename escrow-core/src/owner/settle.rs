@@ -3,7 +3,10 @@
 //! parked, sold out or paused.
 
 use super::work::{Phase, TakeEnd, Work};
-use super::{ActReply, AdminReply, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner};
+use super::{
+    ActReply, AdminReply, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
+    CREDITED_GRANTS_KEPT,
+};
 use crate::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
 use crate::ids::RequestKey;
 use crate::ledger::LedgerError;
@@ -54,6 +57,12 @@ impl SkuOwner {
             "one insert verdict per hold"
         );
         let now_ms = work.now_ms;
+        for grant in &work.batch.grants {
+            if self.credited_grants.len() == CREDITED_GRANTS_KEPT {
+                self.credited_grants.pop_front();
+            }
+            self.credited_grants.push_back(grant.id.clone());
+        }
         for id in &outcome.applied_grants {
             let grant = work
                 .batch

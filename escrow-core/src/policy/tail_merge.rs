@@ -194,7 +194,7 @@ impl TailMerge {
             .zip(self.keeps(&sku))
             .zip(&known)
             .map(|((r, keep), known)| {
-                let free = r.available.saturating_sub(r.recall_pending);
+                let free = self.free_when_recalled(r);
                 if *known {
                     free.saturating_sub(keep)
                 } else {
@@ -209,13 +209,39 @@ impl TailMerge {
         }
     }
 
+    /// Central mode: every free unit recalled to the pool, but what a
+    /// region's own buyers take during its round trip (units it would sell
+    /// before a recall could bring them to anyone else's buyers).
+    fn merged_plan(&self, sku: &SkuState) -> Plan {
+        let mut plan = central_plan(sku);
+        for (i, units) in &mut plan.recalls {
+            let r = &sku.regions[*i];
+            let keep = (r.sale_rate_per_s * self.settings.keep_round_trips * r.rtt_ms as f64
+                / 1_000.0)
+                .floor() as u64;
+            *units = self.free_when_recalled(r).saturating_sub(keep);
+        }
+        plan.recalls.retain(|(_, units)| *units > 0);
+        plan
+    }
+
+    /// Free units region `r` still has when a recall sent now reaches it:
+    /// its report took half its round trip to come and the recall takes
+    /// the other half, and its buyers held units meanwhile.
+    fn free_when_recalled(&self, r: &RegionState) -> u64 {
+        let sold = (r.sale_rate_per_s * r.rtt_ms as f64 / 1_000.0).floor() as u64;
+        r.available
+            .saturating_sub(r.recall_pending)
+            .saturating_sub(sold)
+    }
+
     /// Whether region `r` would still be selling its own free units long
     /// after a move of `move_ms` landed elsewhere ([`LATE_MOVE_FACTOR`]
     /// moves): units it would sell itself by then are not worth a move
     /// that makes another region's buyers wait, but units it would hold
     /// long after are stranded there.
     fn sells_long_after(&self, r: &RegionState, move_ms: f64) -> bool {
-        let free = r.available.saturating_sub(r.recall_pending) as f64;
+        let free = self.free_when_recalled(r) as f64;
         free * 1_000.0 > r.sale_rate_per_s * move_ms * LATE_MOVE_FACTOR
     }
 
@@ -304,7 +330,7 @@ impl Policy for TailMerge {
     }
     fn plan(&self, sku: &SkuState) -> Plan {
         if sku.mode == Mode::Central || sku.remainder() <= self.threshold(sku) {
-            return central_plan(sku);
+            return self.merged_plan(sku);
         }
         self.escrow_plan(sku)
     }

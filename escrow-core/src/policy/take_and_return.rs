@@ -62,17 +62,17 @@ pub fn decide_take(
 pub const CENTRAL_RETURN_GRACE_MS: u64 = 1_000;
 
 /// Units a region gives back to the pool after a batch, given `free`
-/// units left after the batch's holds.
-///
-/// In escrow mode: what the coordinator recalled (`return_until` is
-/// cumulative, so a repeated directive never returns twice). In central
-/// mode: every free unit once the region's own buyers are not asking
-/// (`local_demand`) and no release or expiry freed units here within
-/// [`CENTRAL_RETURN_GRACE_MS`] (`freed_ms_ago`): freed units first sell
-/// where they are, as in escrow mode, instead of travelling to the pool
-/// and back while every region's cached sold-out flag still says no. Units
-/// left over from the region's quota when the SKU merged go as soon as its
-/// buyers stop asking: buyers elsewhere may be waiting for them.
+/// units left after the batch's holds: what the coordinator recalled
+/// (`return_until` is cumulative, so a repeated directive never returns
+/// twice). In central mode only once the region's own buyers are not
+/// asking (`local_demand`) and no release or expiry freed units here
+/// within [`CENTRAL_RETURN_GRACE_MS`] (`freed_ms_ago`): freed units first
+/// sell where they are, as in escrow mode, instead of travelling to the
+/// pool and back while every region's cached sold-out flag still says no.
+/// The coordinator recalls every free unit in central mode but what a far
+/// region's own buyers take before the recall could serve anyone else
+/// (`TailMerge`): returning those too made that region's next buyers pay
+/// two of its round trips for units it had.
 pub fn units_to_return(
     mode: Mode,
     free: u64,
@@ -83,8 +83,9 @@ pub fn units_to_return(
 ) -> u64 {
     let wanted = match mode {
         Mode::Central if local_demand || freed_ms_ago < CENTRAL_RETURN_GRACE_MS => 0,
-        Mode::Central => free,
-        Mode::Escrow => return_until.map_or(0, |until| until.saturating_sub(returned)),
+        Mode::Central | Mode::Escrow => {
+            return_until.map_or(0, |until| until.saturating_sub(returned))
+        }
     };
     wanted.min(free)
 }

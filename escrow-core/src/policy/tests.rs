@@ -102,8 +102,12 @@ fn units_move_ahead_of_need_from_the_nearest_spare_first() {
     let shares = demand_shares(&sku);
     let lack = shares[0] - 650;
     let plan = policy.plan(&sku);
-    let near = 450 - shares[1];
-    assert_eq!(plan.recalls, vec![(1, near), (2, lack - near)], "{plan:?}");
+    // Each source gives what it has beyond its share, less what it sells
+    // while the recall travels (its round trip): 12 units at 80 ms, 34
+    // at 230 ms. The near region lacks more than both spare.
+    let spare = [450 - 12 - shares[1], 400 - 34 - shares[2]];
+    assert!(spare[0] + spare[1] < lack);
+    assert_eq!(plan.recalls, vec![(1, spare[0]), (2, spare[1])], "{plan:?}");
 }
 
 /// Goal: with the pool empty and a region starved, surplus comes back from a slow region.
@@ -134,6 +138,32 @@ fn tail_merges_below_threshold() {
     let plan = policy.plan(&sku);
     assert!(plan.central);
     assert_eq!(plan.recalls, vec![(0, 4), (1, 6)]);
+}
+
+/// Goal: once merged, a far region keeps what its own buyers take before
+/// a recall could serve anyone else's (a round trip of its sales, after
+/// what it sells while the recall travels); a near one gives all back.
+#[test]
+fn a_merged_far_region_keeps_its_next_round_trip_of_sales() {
+    let policy = TailMerge::default();
+    let sku = SkuState {
+        total: 1_000,
+        pool: 0,
+        mode: Mode::Central,
+        regions: vec![far(0, 400.0, 20), far(3, 1.0, 20), far(30, 45.0, 230)],
+    };
+    let plan = policy.plan(&sku);
+    assert!(plan.central);
+    // 45/s for 230 ms: 10 units sold while the recall travels, 10 kept.
+    assert_eq!(plan.recalls, vec![(1, 3), (2, 30 - 10 - 10)]);
+    let few = SkuState {
+        regions: vec![far(0, 400.0, 20), far(0, 1.0, 20), far(15, 45.0, 230)],
+        ..sku
+    };
+    assert!(
+        policy.plan(&few).recalls.is_empty(),
+        "its own buyers take them"
+    );
 }
 
 /// Goal: at a distance the merge does not wait on the farthest round
@@ -182,17 +212,18 @@ fn recalls_spare_regions_whose_demand_is_unknown() {
     // Remainder 810 shared 3:2:1 (the silent region counted at the
     // others' 200/s per weight): the third region keeps its 135 (more
     // than the 15 it sells during a move: 100 ms round trip + 50 ms at
-    // 100/s); the rest would take it 2.65 s to sell, far longer than a
-    // move, so it goes although the first region is dry before it lands.
-    assert_eq!(plan.recalls, vec![(2, 400 - 135)]);
+    // 100/s) and the 10 it sells while the recall travels; the rest
+    // would take it 2.55 s to sell, far longer than a move, so it goes
+    // although the first region is dry before it lands.
+    assert_eq!(plan.recalls, vec![(2, 400 - 10 - 135)]);
     let short = policy.plan_short(&sku);
     assert_eq!(short.recalls, plan.recalls);
 }
 
 /// Goal: when the whole remainder sells within less than the low-water
-/// mark's second, every region is below its mark; a region above its
-/// ceiling (its share by demand plus a move's sales) still gives back
-/// to the one that ran dry, and is not refilled meanwhile.
+/// mark's second, every region is below its mark; a region that would
+/// hold its units for more than two moves' time still gives back to the
+/// one that ran dry, and is not refilled meanwhile.
 #[test]
 fn a_region_below_low_water_but_above_its_ceiling_gives_back() {
     let policy = TailMerge::default();
@@ -202,7 +233,7 @@ fn a_region_below_low_water_but_above_its_ceiling_gives_back() {
         mode: Mode::Escrow,
         regions: vec![
             region(1, 0, 4_400.0),
-            region(1, 220, 440.0),
+            region(1, 240, 440.0),
             region(1, 225, 290.0),
         ],
     };
@@ -297,8 +328,8 @@ fn prefetch_stops_at_the_share_by_demand() {
     assert_eq!(greedy(1, 100), 6, "share 56, on hand 50");
 }
 
-/// Goal: returns follow recalls in escrow mode and empty the region in
-/// central mode unless its own buyers are asking; never more than free.
+/// Goal: returns follow recalls, in central mode only while the region's
+/// own buyers are not asking; never more than free.
 #[test]
 fn returns_follow_mode_and_demand() {
     let later = CENTRAL_RETURN_GRACE_MS;
@@ -306,9 +337,13 @@ fn returns_follow_mode_and_demand() {
     assert_eq!(units_to_return(Mode::Escrow, 10, Some(7), 3, false, 0), 4);
     assert_eq!(units_to_return(Mode::Escrow, 2, Some(7), 3, true, 0), 2);
     assert_eq!(units_to_return(Mode::Escrow, 10, Some(2), 3, false, 0), 0);
-    assert_eq!(units_to_return(Mode::Central, 5, None, 0, false, later), 5);
+    assert_eq!(units_to_return(Mode::Central, 5, None, 0, false, later), 0);
     assert_eq!(
-        units_to_return(Mode::Central, 5, None, 0, false, later - 1),
+        units_to_return(Mode::Central, 5, Some(3), 0, false, later),
+        3
+    );
+    assert_eq!(
+        units_to_return(Mode::Central, 5, Some(5), 0, false, later - 1),
         0
     );
     assert_eq!(
