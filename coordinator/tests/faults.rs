@@ -680,9 +680,34 @@ async fn the_database_server_restarting_under_load_loses_nothing() {
 /// meanwhile, answers 503 `UNAVAILABLE`, never 500. A grant or return
 /// whose commit was cut applies once by its transfer id: the sale sells
 /// out exactly, every acknowledged hold is stored, and the books settle
-/// at drift 0 with nothing in transit.
+/// at drift 0 with nothing in transit. The dead machine, started again,
+/// rejoins as a standby: it takes none of the coordinator's writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_coordinators_database_failing_over_moves_every_unit_once() {
+    coordinators_database_fails_over(MachineFault::Dies).await;
+}
+
+/// Goal: as above, the coordinator's primary machine frozen instead
+/// (SIGSTOP: its connections open and silent, no error ever comes): the
+/// coordinator's calls in flight end when its pool moves to the promoted
+/// standby, and the thawed machine rejoins as a standby.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_coordinators_frozen_primary_moves_every_unit_once() {
+    coordinators_database_fails_over(MachineFault::Freezes).await;
+}
+
+/// Goal: as above, the disk under the coordinator's primary failing
+/// instead (remounted read-only: PostgreSQL stops at its next WAL write);
+/// the node is replaced as the runbook says and joins as a standby.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_coordinators_failing_disk_moves_every_unit_once() {
+    coordinators_database_fails_over(MachineFault::DiskFails).await;
+}
+
+/// The sale through a coordinator on a formation whose primary machine
+/// fails by `fault` 0.3 s in; the audit asked while no primary exists;
+/// the history and the books; the old machine mended and a standby.
+async fn coordinators_database_fails_over(fault: MachineFault) {
     let Some(formation) = HaRegion::start_or_skip("the test") else {
         return;
     };
@@ -697,7 +722,11 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
             .primary()
             .await
             .expect("the formation has a primary");
-        tokio::task::block_in_place(|| formation.kill_node(dead));
+        tokio::task::block_in_place(|| match fault {
+            MachineFault::Dies => formation.kill_node(dead),
+            MachineFault::Freezes => formation.freeze_node(dead),
+            MachineFault::DiskFails => formation.fail_disk(dead),
+        });
         // Asked while no primary exists, the coordinator says what it is.
         let mut audits = Vec::new();
         while formation.primary().await.is_none_or(|p| p == dead) {
@@ -708,9 +737,9 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
                 "a standby is promoted within a minute"
             );
         }
-        (from..history.now(), audits)
+        (dead, from..history.now(), audits)
     };
-    let ((), (failing_over, audits)) = tokio::join!(cluster.sell(&history), failover);
+    let ((), (dead, failing_over, audits)) = tokio::join!(cluster.sell(&history), failover);
     assert!(
         audits
             .iter()
@@ -726,11 +755,20 @@ async fn the_coordinators_database_failing_over_moves_every_unit_once() {
     cluster
         .check(
             &history,
-            "the coordinator's primary machine killed at 0.3 s; pg_auto_failover promotes a standby",
+            &format!("the coordinator's primary machine {fault:?} at 0.3 s; pg_auto_failover promotes a standby"),
             failing_over,
             Vec::new(),
         )
         .await;
+    formation.mend_node(dead, fault).await;
+    assert_eq!(
+        formation.in_recovery(dead).await,
+        Some(true),
+        "node{dead} stays a standby"
+    );
+    assert_ne!(formation.primary().await, Some(dead));
+    let (status, audit) = cluster.admin.admin_get("/v1/admin/audit").await;
+    assert!(status.is_success(), "{status}: {audit}");
 }
 
 /// Goal (the long soak of the coordinator's database): `ESCROW_SOAK_FAILOVERS`

@@ -166,6 +166,7 @@ async fn sell_through_a_full_disk(disk: &TinyDisk, port: u16) -> usize {
             &api,
             50 + 1 + 300 + 300,
             Duration::from_secs(3),
+            Vec::new(),
             "the disk full from the 51st hold, freed after 300 more requests",
         )
         .await;

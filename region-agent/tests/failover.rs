@@ -126,6 +126,7 @@ async fn the_agent_follows_a_promoted_standby_and_loses_no_hold() {
             &api,
             100 + 1 + 100 + 100,
             Duration::from_secs(31),
+            Vec::new(),
             "the primary killed after 100 holds, the standby promoted 50 requests later",
         )
         .await;

@@ -17,6 +17,10 @@ use test_support::ha_region::{HaRegion, MachineFault};
 use test_support::history::History;
 use test_support::selling_agent;
 
+/// The agent's default `--wait-timeout-ms`: how long a buyer waits for a
+/// definite answer.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Goal: the HA manager, not a person, fails the region's database over.
 /// 100 holds; the primary's machine dies; 100 buyers reserve while the
 /// monitor notices and promotes a standby; every refused key is retried
@@ -68,7 +72,12 @@ async fn fail_over_under_a_sale(fault: MachineFault) {
         .await;
     let failed = Instant::now();
     let buyers = history.reserve_many(&api, "eu", "failing-over", 100, "drop");
-    let ((), (old, promoted)) = tokio::join!(buyers, region.fail_primary(fault));
+    let failing_over = async {
+        let from = history.now();
+        let (old, promoted) = region.fail_primary(fault).await;
+        (old, promoted, from..from + promoted)
+    };
+    let ((), (old, promoted, no_primary)) = tokio::join!(buyers, failing_over);
     history.recover(&api, "drop", Duration::from_secs(30)).await;
     eprintln!(
         "node{old} {fault:?}; a standby was primary {promoted:.1?} later; the agent sold again {:.1?} after",
@@ -84,12 +93,16 @@ async fn fail_over_under_a_sale(fault: MachineFault) {
     assert_ne!(region.primary().await, Some(old));
 
     // Held: 100 before, the probe, the 100 during the failover (each
-    // retried until held) and the 100 after.
+    // retried until held) and the 100 after. A buyer whose request was
+    // in flight while no primary existed may wait longer than its wait
+    // timeout (a commit and the reload after it each wait for a
+    // connection first); every other is answered within it and a second.
     history
         .check_one_region(
             &api,
             100 + 1 + 100 + 100,
-            Duration::from_secs(31),
+            WAIT_TIMEOUT + Duration::from_secs(1),
+            vec![no_primary],
             &format!("the primary's machine {fault:?} after 100 holds; pg_auto_failover promotes a standby"),
         )
         .await;
@@ -162,6 +175,7 @@ async fn soak_failovers_under_load_lose_no_acknowledged_hold() {
             &api,
             keys + 1,
             Duration::from_secs(31),
+            Vec::new(),
             &format!("{failovers} failovers under load, ESCROW_SOAK_SEED={seed}"),
         )
         .await;

@@ -14,7 +14,7 @@
 //! A failure names every violation and the test's schedule, so the run can
 //! be read and repeated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -245,15 +245,19 @@ impl History {
     /// The end of a fault test on one region (`api`) selling one SKU of
     /// 100,000 units: every held key read back, no drift, `held` units
     /// held, then every [`History::check`] with answers due within
-    /// `answer_within` and SOLD_OUT at most 1 s stale.
+    /// `answer_within` (but those of requests in flight during one of the
+    /// `down` windows, from the history's start) and SOLD_OUT at most 1 s
+    /// stale.
     pub async fn check_one_region(
         &self,
         api: &Api,
         held: u64,
         answer_within: Duration,
+        down: Vec<std::ops::Range<Duration>>,
         schedule: &str,
     ) {
         let stored = self.read_back(api).await;
+        let regions: BTreeSet<String> = self.ops().into_iter().map(|op| op.region).collect();
         let audit = api.assert_no_drift().await;
         assert_eq!(audit["skus"][0]["held"].as_u64(), Some(held), "{audit}");
         let expect = Expect {
@@ -262,7 +266,10 @@ impl History {
             answer_within,
             staleness: Duration::from_secs(1),
             schedule: schedule.to_owned(),
-            down: Vec::new(),
+            down: down
+                .iter()
+                .flat_map(|w| regions.iter().map(|r| (r.clone(), w.clone())))
+                .collect(),
         };
         self.check(&expect, &stored);
     }
