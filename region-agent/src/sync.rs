@@ -116,9 +116,9 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
     }
 }
 
-/// Holds a watch call open at the coordinator and asks for a sync as soon
-/// as it has news for this region (a recall above all), so units move in
-/// one hop rather than after a sync interval. A coordinator that cannot be
+/// Holds a watch call open at the coordinator and hands its news for
+/// this region (a recall above all) to the SKU owners at once, so units
+/// move in one hop rather than after a sync interval. A coordinator that cannot be
 /// reached is retried after a sync interval; the periodic sync goes on
 /// regardless.
 async fn watch_notices(
@@ -145,8 +145,15 @@ async fn watch_notices(
                     }
                     if resp.notice != seen {
                         seen = resp.notice;
+                        // The owners ask for a sync once they have acted
+                        // on the news (a return or a grant committed): a
+                        // sync sent now would leave before the return it
+                        // should carry, which then waits a round trip for
+                        // the next. News without directives is fetched.
+                        if resp.skus.is_empty() {
+                            link.request_sync();
+                        }
                         hand_to_owners(&state, resp.skus, resp.grants).await;
-                        link.request_sync();
                     }
                 }
                 Err(error) => {

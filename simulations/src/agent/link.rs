@@ -169,12 +169,14 @@ impl Agent {
     }
 
     /// The coordinator's watch answer came with news: its directive and
-    /// grants go to the owner as a sync's would, and a sync follows at once.
+    /// grants go to the owner as a sync's would. The owner asks for a sync
+    /// once it has acted on them (a return or a grant committed); only
+    /// news without a directive is fetched by a sync at once.
     pub fn on_notice(&mut self, now_us: u64, news: &WatchResponse, out: &mut Vec<Effect>) {
-        if let Some(d) = news.skus.first() {
-            self.follow(d, &news.grants);
+        match news.skus.first() {
+            Some(d) => self.follow(d, &news.grants),
+            None => self.request_sync(now_us, out),
         }
-        self.request_sync(now_us, out);
         self.pump(now_us, out);
     }
 
