@@ -78,7 +78,11 @@ impl SkuOwner {
             } else if self.paused {
                 let reply = ReserveReply::Paused(PauseReason::AdminPause);
                 self.reply(p.ticket, Reply::Reserve(reply));
-            } else if p.known {
+            } else if p.known || self.holds.contains_key(&p.request.request_key) {
+                // A key with a live hold (memory has it after a reload,
+                // though the driver's key memory may not) is answered from
+                // its row, never decided again: a retry after a commit of
+                // unknown outcome hears the truth, not SOLD_OUT.
                 work.lookups.push(p);
             } else if seen.insert(p.request.request_key.clone()) {
                 work.fresh.push(p);

@@ -32,6 +32,8 @@ struct Harness {
     asked: HashSet<Ticket>,
     /// Units each reserve ticket asked for.
     wanted: HashMap<Ticket, u64>,
+    /// The key each reserve ticket asked with.
+    keys: HashMap<Ticket, RequestKey>,
     /// So many commits fail next, each [`RELOAD_RETRY_MS`] after the one
     /// before (nothing written).
     commits_failing: u32,
@@ -71,6 +73,7 @@ impl Harness {
             answers: HashMap::new(),
             asked: HashSet::new(),
             wanted: HashMap::new(),
+            keys: HashMap::new(),
             commits_failing: 0,
             lose_next_answer: false,
             reloads_failing: 0,
@@ -111,11 +114,13 @@ impl Harness {
     fn reserve(&mut self, key: u8, user: u8, qty: u32) -> Command {
         let ticket = self.ticket();
         self.wanted.insert(ticket, qty.into());
+        let request_key = RequestKey::parse(&format!("k{key}")).unwrap();
+        self.keys.insert(ticket, request_key.clone());
         Command::Reserve {
             ticket,
             request: ReserveRequest {
                 borrow: None,
-                request_key: RequestKey::parse(&format!("k{key}")).unwrap(),
+                request_key,
                 user_id: UserId::parse(&format!("u{user}")).unwrap(),
                 qty: Qty::parse(qty.into(), 2).unwrap(),
                 ttl: None,
@@ -336,8 +341,10 @@ proptest! {
     /// Goal: under any mix of buyers, actions, take answers, failed commits,
     /// directives and clock moves, the owner answers every ticket exactly
     /// once, its memory equals the database after every batch, no unit is
-    /// created or lost between region, pool and transit, and SOLD_OUT is
-    /// answered only when no unit is free anywhere.
+    /// created or lost between region, pool and transit, SOLD_OUT is
+    /// answered only when no unit is free anywhere and never to a key that
+    /// holds a unit, and every row's buyers hear of it (HELD, REPLAY, or
+    /// PAUSED while its commit's outcome is unknown).
     #[test]
     fn random_sequences_keep_memory_equal_to_the_database(
         ops in proptest::collection::vec(op(), 1..120),
@@ -364,6 +371,10 @@ proptest! {
                         if let Reply::Reserve(ReserveReply::SoldOut) = reply {
                             let free = h.pool + h.elsewhere() + h.book.ledger.available;
                             prop_assert!(free < h.wanted[t], "SOLD_OUT while {} units are free", free);
+                            // The driver's key memory answers final keys; a live hold is the owner's.
+                            let key = &h.keys[t];
+                            let live = h.book.get(key).is_some_and(|r| r.status == Status::Held);
+                            prop_assert!(!live, "SOLD_OUT to {:?}, which holds a unit", key);
                         }
                     }
                 }
@@ -387,12 +398,21 @@ proptest! {
         h.drive();
         h.check()?;
         prop_assert_eq!(h.answers.len(), h.asked.len(), "every ticket answered");
-        let held: HashSet<&RequestKey> = h.answers.values().filter_map(|r| match r {
-            Reply::Reserve(ReserveReply::Held(r)) => Some(&r.request_key),
+        // Every row's buyers heard the truth: HELD, REPLAY on a retry, or
+        // (the commit's outcome not known by their deadline) PAUSED.
+        let truth: HashSet<&RequestKey> = h.answers.iter().filter_map(|(t, r)| match r {
+            Reply::Reserve(ReserveReply::Held(r) | ReserveReply::Replay(r)) => Some(&r.request_key),
+            Reply::Reserve(ReserveReply::Paused(PauseReason::Storage)) => h.keys.get(t),
             _ => None,
         }).collect();
-        let rows = h.book.reservations().count();
-        prop_assert_eq!(held.len(), rows, "one HELD answer per row");
+        for row in h.book.reservations() {
+            prop_assert!(truth.contains(&row.request_key), "{:?}'s buyers were not told of its row", row.request_key);
+        }
+        for reply in h.answers.values() {
+            if let Reply::Reserve(ReserveReply::Held(r)) = reply {
+                prop_assert!(h.book.get(&r.request_key).is_some(), "HELD {:?} without its row", r.request_key);
+            }
+        }
     }
 }
 
