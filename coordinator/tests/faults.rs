@@ -722,11 +722,7 @@ async fn coordinators_database_fails_over(fault: MachineFault) {
             .primary()
             .await
             .expect("the formation has a primary");
-        tokio::task::block_in_place(|| match fault {
-            MachineFault::Dies => formation.kill_node(dead),
-            MachineFault::Freezes => formation.freeze_node(dead),
-            MachineFault::DiskFails => formation.fail_disk(dead),
-        });
+        tokio::task::block_in_place(|| formation.fail_node(dead, fault));
         // Asked while no primary exists, the coordinator says what it is.
         let mut audits = Vec::new();
         while formation.primary().await.is_none_or(|p| p == dead) {

@@ -102,16 +102,21 @@ impl HaRegion {
     pub async fn fail_primary(&self, fault: MachineFault) -> (usize, Duration) {
         let old = self.primary().await.expect("the formation has a primary");
         let at = std::time::Instant::now();
-        match fault {
-            MachineFault::Dies => self.kill_node(old),
-            MachineFault::Freezes => self.freeze_node(old),
-            MachineFault::DiskFails => self.fail_disk(old),
-        }
+        self.fail_node(old, fault);
         self.0
             .promotion(old, Duration::from_secs(90))
             .await
             .unwrap_or_else(|why| panic!("{why:#}"));
         (old, at.elapsed())
+    }
+
+    /// Node `n`'s machine fails as `fault` says.
+    pub fn fail_node(&self, n: usize, fault: MachineFault) {
+        match fault {
+            MachineFault::Dies => self.kill_node(n),
+            MachineFault::Freezes => self.freeze_node(n),
+            MachineFault::DiskFails => self.fail_disk(n),
+        }
     }
 
     /// Node `n`, failed by `fault`, comes back (started again, thawed,

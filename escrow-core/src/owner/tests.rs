@@ -652,6 +652,9 @@ fn a_grant_waiting_to_be_credited_serves_buyers_before_any_take() {
         panic!("a copy of a credited grant does not hold the take back");
     };
     assert_eq!(take.units, 1);
+    h.owner.handle_take_answer(None);
+    h.drive();
+    h.check().unwrap();
 }
 
 /// Goal: a region reports no demand until its spell of demand is

@@ -216,9 +216,7 @@ impl TailMerge {
         let mut plan = central_plan(sku);
         for (i, units) in &mut plan.recalls {
             let r = &sku.regions[*i];
-            let keep = (r.sale_rate_per_s * self.settings.keep_round_trips * r.rtt_ms as f64
-                / 1_000.0)
-                .floor() as u64;
+            let keep = sold_during(r, self.settings.keep_round_trips * r.rtt_ms as f64);
             *units = self.free_when_recalled(r).saturating_sub(keep);
         }
         plan.recalls.retain(|(_, units)| *units > 0);
@@ -229,10 +227,9 @@ impl TailMerge {
     /// its report took half its round trip to come and the recall takes
     /// the other half, and its buyers held units meanwhile.
     fn free_when_recalled(&self, r: &RegionState) -> u64 {
-        let sold = (r.sale_rate_per_s * r.rtt_ms as f64 / 1_000.0).floor() as u64;
         r.available
             .saturating_sub(r.recall_pending)
-            .saturating_sub(sold)
+            .saturating_sub(sold_during(r, r.rtt_ms as f64))
     }
 
     /// Whether region `r` would still be selling its own free units long
@@ -287,6 +284,11 @@ impl TailMerge {
             .filter(|(_, units)| *units > 0)
             .collect()
     }
+}
+
+/// Whole units region `r` sells at its rate in `ms`.
+fn sold_during(r: &RegionState, ms: f64) -> u64 {
+    (r.sale_rate_per_s * ms / 1_000.0).floor() as u64
 }
 
 /// Share of a region's dry time (units on hand over its rate) a move may
