@@ -681,39 +681,39 @@ async fn the_database_server_restarting_under_load_loses_nothing() {
 /// whose commit was cut applies once by its transfer id: the sale sells
 /// out exactly, every acknowledged hold is stored, and the books settle
 /// at drift 0 with nothing in transit. The dead machine, started again,
-/// rejoins as a standby: it takes none of the coordinator's writes.
+/// rejoins as a standby: it takes none of the coordinator's writes. Then
+/// the same sale again on a fresh database of the same formation, twice:
+/// the primary's machine frozen instead (SIGSTOP: its connections open and
+/// silent; the coordinator's calls in flight end when its pool moves to
+/// the promoted standby, and the thawed machine rejoins as a standby), and
+/// the disk under it failing (remounted read-only: PostgreSQL stops at its
+/// next WAL write; the node is replaced as the runbook says and joins as a
+/// standby). One formation for the three, one sale after another: a
+/// formation coming up beside others on a loaded machine now and then
+/// does not come up at all.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_coordinators_database_failing_over_moves_every_unit_once() {
-    coordinators_database_fails_over(MachineFault::Dies).await;
-}
-
-/// Goal: as above, the coordinator's primary machine frozen instead
-/// (SIGSTOP: its connections open and silent, no error ever comes): the
-/// coordinator's calls in flight end when its pool moves to the promoted
-/// standby, and the thawed machine rejoins as a standby.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_coordinators_frozen_primary_moves_every_unit_once() {
-    coordinators_database_fails_over(MachineFault::Freezes).await;
-}
-
-/// Goal: as above, the disk under the coordinator's primary failing
-/// instead (remounted read-only: PostgreSQL stops at its next WAL write);
-/// the node is replaced as the runbook says and joins as a standby.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_coordinators_failing_disk_moves_every_unit_once() {
-    coordinators_database_fails_over(MachineFault::DiskFails).await;
-}
-
-/// The sale through a coordinator on a formation whose primary machine
-/// fails by `fault` 0.3 s in; the audit asked while no primary exists;
-/// the history and the books; the old machine mended and a standby.
-async fn coordinators_database_fails_over(fault: MachineFault) {
     let Some(formation) = HaRegion::start_or_skip("the test") else {
         return;
     };
+    let faults = [
+        MachineFault::Dies,
+        MachineFault::Freezes,
+        MachineFault::DiskFails,
+    ];
+    for (n, fault) in faults.into_iter().enumerate() {
+        let url = formation.fresh_database(&format!("coordinator{n}")).await;
+        coordinators_database_fails_over(&formation, &url, fault).await;
+    }
+}
+
+/// The sale through a coordinator on `url`, a database of `formation`,
+/// whose primary machine fails by `fault` 0.3 s in; the audit asked while
+/// no primary exists; the history and the books; the old machine mended
+/// and a standby.
+async fn coordinators_database_fails_over(formation: &HaRegion, url: &str, fault: MachineFault) {
     let agents_beside = TestDb::sqlite(&region_agent::store::sqlite::MIGRATOR).await;
-    let cluster =
-        Cluster::start_on(formation.url(), &agents_beside, json!({}), |_| Env::new()).await;
+    let cluster = Cluster::start_on(url, &agents_beside, json!({}), |_| Env::new()).await;
     let history = Arc::new(History::new());
     let failover = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
