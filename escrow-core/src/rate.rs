@@ -38,8 +38,11 @@ pub const IDLE_GAPS: f64 = 8.0;
 
 /// Shortest idle spell read as demand that stopped: requests reach an
 /// agent in clumps (connection pools, batches of answers), so a busy
-/// region may see no request for tens of milliseconds in mid-sale.
-pub const IDLE_MIN_MS: f64 = 300.0;
+/// region may see no request for tens of milliseconds in mid-sale. At 300
+/// ms a region whose buyers were all served kept its units a third of a
+/// second while others' buyers waited (on loopback `bench tail --shape
+/// five-10k` 1.2-1.5x `central`'s last unit; 0.9-1.25x at 100 ms).
+pub const IDLE_MIN_MS: f64 = 100.0;
 
 /// Below this a rate counts as none: the meter falls asleep.
 const ASLEEP_BELOW_PER_S: f64 = 1e-6;
@@ -74,17 +77,29 @@ impl RateMeter {
     /// The rate at `now_ms` as demand to plan for: the smoothed rate, but
     /// once no units were asked for during [`IDLE_GAPS`] of its expected
     /// gaps between requests and at least [`IDLE_MIN_MS`], demand has
-    /// stopped and the rate reads as at most one request per idle spell. A burst's end is then known within
-    /// tens of milliseconds instead of after several half-lives, so units
-    /// left where its buyers were can move to buyers waiting elsewhere.
+    /// stopped and the rate reads as at most one request per idle spell. A
+    /// burst's end is then known within tens of milliseconds instead of
+    /// after several half-lives, so units left where its buyers were can
+    /// move to buyers waiting elsewhere.
     pub fn demand_per_s(&mut self, now_ms: u64) -> f64 {
         let rate = self.rate_per_s(now_ms);
-        let idle_ms = now_ms.saturating_sub(self.last_units_ms) as f64;
-        if rate > 0.0 && idle_ms * rate > IDLE_GAPS * 1_000.0 && idle_ms >= IDLE_MIN_MS {
-            rate.min(1_000.0 / idle_ms)
-        } else {
-            rate
+        match self.stops_at_ms(now_ms) {
+            Some(at) if now_ms >= at => {
+                let idle_ms = now_ms.saturating_sub(self.last_units_ms) as f64;
+                rate.min(1_000.0 / idle_ms)
+            }
+            _ => rate,
         }
+    }
+
+    /// When demand reads as stopped if no units are asked for until then,
+    /// at the rate measured at `now_ms`; `None` while there is no rate.
+    pub fn stops_at_ms(&mut self, now_ms: u64) -> Option<u64> {
+        let rate = self.rate_per_s(now_ms);
+        (rate > 0.0).then(|| {
+            let idle_ms = (IDLE_GAPS * 1_000.0 / rate).max(IDLE_MIN_MS);
+            self.last_units_ms + idle_ms.ceil() as u64
+        })
     }
 
     /// The smoothed rate at `now_ms`.
@@ -186,8 +201,8 @@ mod tests {
         }
         let steady = m.demand_per_s(1_000);
         assert!((steady - 1_000.0).abs() < 100.0, "{steady}");
-        // 1,000/s: 8 gaps are 8 ms, but a spell under 300 ms is a clump.
-        assert!(m.demand_per_s(1_100) > 500.0);
+        // 1,000/s: 8 gaps are 8 ms, but a spell under 100 ms is a clump.
+        assert!(m.demand_per_s(1_090) > 500.0);
         // 400 ms later, at most 2.5 per second; the smoothed rate is high.
         assert!(m.demand_per_s(1_400) <= 2.5);
         assert!(m.rate_per_s(1_400) > 300.0);

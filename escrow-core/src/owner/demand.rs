@@ -24,6 +24,18 @@ impl SkuOwner {
             _ => 0.0,
         };
         self.sync_due |= was_silent && self.reported_rate_per_s > 0.0;
+        let stops_at = if self.reported_rate_per_s > 0.0 && self.parked.is_empty() {
+            self.rate.stops_at_ms(now_ms)
+        } else {
+            None
+        };
+        let stopped = stops_at.is_some_and(|at| now_ms >= at);
+        // A spell that ends is news as much as one that starts: the units
+        // kept here for its buyers can go to buyers waiting elsewhere.
+        // Heard at the next tick and sync it came up to half a second
+        // late (`bench tail --shape five-10k`).
+        self.sync_due |= stopped && self.demand_stops_at_ms.is_some();
+        self.demand_stops_at_ms = stops_at.filter(|_| !stopped);
     }
 
     /// The region's demand now: the meter's, except that buyers parked

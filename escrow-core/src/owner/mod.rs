@@ -160,6 +160,10 @@ pub struct SkuOwner {
     /// The demand this region reports: [`Self::rate_per_s`] once the
     /// spell is [`RATE_REPORT_AFTER_MS`] old, 0 before.
     reported_rate_per_s: f64,
+    /// When the spell of demand reads as stopped if no units are asked for
+    /// until then (the owner wakes to tell the coordinator at once); `None`
+    /// while none is reported, it has stopped, or buyers are parked here.
+    demand_stops_at_ms: Option<u64>,
     /// The coordinator should hear from this region now: see [`Self::take_sync_due`].
     sync_due: bool,
     /// When a release or an expiry last freed units here.
@@ -214,6 +218,7 @@ impl SkuOwner {
             rate_per_s: 0.0,
             woke_at_ms: None,
             reported_rate_per_s: 0.0,
+            demand_stops_at_ms: None,
             sync_due: false,
             freed_at_ms: None,
             holds: HashMap::new(),
@@ -341,9 +346,9 @@ impl SkuOwner {
     }
 
     /// When the owner wants `handle_timeout` at the latest, ms since the
-    /// epoch: the next tick, the first hold to fall due, or the next take
-    /// for requests waiting on units from elsewhere, or the first of their
-    /// deadlines. A hold already due when the last batch was decided (that
+    /// epoch: the next tick, the first hold to fall due, the moment its
+    /// demand reads as stopped, or the next take for requests waiting on
+    /// units from elsewhere, or the first of their deadlines. A hold already due when the last batch was decided (that
     /// batch could not expire it) waits for the tick, not a busy loop.
     pub fn poll_timeout(&self) -> u64 {
         let parked = self
@@ -357,7 +362,7 @@ impl SkuOwner {
             .first()
             .map(|(at, _)| *at)
             .filter(|at| *at > self.decided_ms);
-        [parked, due]
+        [parked, due, self.demand_stops_at_ms]
             .into_iter()
             .flatten()
             .fold(self.next_tick_ms, u64::min)

@@ -675,6 +675,43 @@ fn a_first_figure_waits_for_the_spell_to_be_worth_reporting() {
     assert!(!h.owner.take_sync_due(), "and asked for once");
 }
 
+/// Goal: when a region's requests stop, the owner wakes at the moment its
+/// demand reads as stopped and asks for a sync at once, so the units kept
+/// for its buyers can move to buyers elsewhere; once, not at every tick.
+#[test]
+fn a_spell_of_demand_that_ends_is_reported_at_once() {
+    let mut h = Harness::new(1_000, 0);
+    for key in 0..50u8 {
+        let request = h.reserve(key, key, 1);
+        h.batch(vec![request]);
+        h.now_ms += 2;
+    }
+    assert!(h.owner.sale_rate_per_s() > 100.0);
+    assert!(h.owner.take_sync_due(), "the first figure");
+    let stops_ms = h.now_ms - 2 + crate::rate::IDLE_MIN_MS as u64;
+    while h.owner.poll_timeout() < stops_ms {
+        h.now_ms = h.owner.poll_timeout();
+        h.owner.handle_timeout(h.now_ms);
+        h.drive();
+        assert!(!h.owner.take_sync_due(), "not before demand stops");
+    }
+    assert_eq!(
+        h.owner.poll_timeout(),
+        stops_ms,
+        "it wakes when demand stops"
+    );
+    h.now_ms = stops_ms;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert!(h.owner.take_sync_due(), "demand that stopped is news");
+    assert!(h.owner.sale_rate_per_s() <= 1_000.0 / crate::rate::IDLE_MIN_MS);
+    h.now_ms = h.owner.poll_timeout();
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert!(!h.owner.take_sync_due(), "and is told once");
+    h.check().unwrap();
+}
+
 /// Goal: a take that brought every unit it asked for lets the very next
 /// batch take again (central mode takes once per batch); one that fell
 /// short makes the next batch wait [`TAKE_RETRY_MS`] before asking again.

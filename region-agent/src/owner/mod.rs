@@ -229,7 +229,10 @@ impl Driver {
                     .poll_timeout()
                     .saturating_sub(now_ms)
                     .min(SWEEP_INTERVAL_MS);
+                // Biased: a timeout is handled only with the queue empty,
+                // as the owner reads an empty batch as time without requests.
                 tokio::select! {
+                    biased;
                     Some((key, end, taken)) = self.cart_ends.recv() => {
                         self.owner.handle_cart_end(&key, end);
                         self.publish();
