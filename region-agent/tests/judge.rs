@@ -176,6 +176,36 @@ async fn batches_of_many_skus_share_a_commit_and_fail_alone(db: TestDb) {
     // Holds only: PostgreSQL wrote them without a transaction around.
     assert_one_statement(&db, "a", &["a-u1"]).await;
     assert_one_statement(&db, "c", &["c-u1", "c-u2"]).await;
+
+    // Every batch's transitions of a kind are one statement for the group:
+    // a stale one still names its own batch, not the first, and the rest
+    // then commit, each batch's counters moving by its own rows.
+    let settle = |sku: &str, key: &str, change: Transition| {
+        let mut b = Batch::new(Tenant::parse("acme").unwrap(), Sku::parse(sku).unwrap(), 2);
+        b.transitions = vec![(RequestKey::parse(key).unwrap(), Qty::ONE, change)];
+        b
+    };
+    let confirm_a = settle("a", "a-u1", Transition::Confirm);
+    let confirm_c = settle("c", "c-u1", Transition::Confirm);
+    let release_c = settle("c", "c-u2", Transition::Release);
+    let stale_c = settle("c", "c-never-held", Transition::Release);
+    let failed = store
+        .commit_all(epoch, &[&confirm_a, &stale_c, &confirm_c])
+        .await
+        .unwrap_err();
+    assert_eq!(failed.batch, Some(1));
+    assert_eq!(held(&db).await, [1, 0, 2, 0], "nothing of the group");
+    store
+        .commit_all(epoch, &[&confirm_a, &confirm_c, &release_c])
+        .await
+        .unwrap();
+    assert_eq!(held(&db).await, [0, 0, 0, 0]);
+    let (a, c) = (stored(&db, "a").await, stored(&db, "c").await);
+    assert_eq!((a.sold, a.rows_sold, a.available), (1, 1, 1));
+    assert_eq!(
+        (c.sold, c.rows_sold, c.rows_released, c.available),
+        (1, 1, 1, 1)
+    );
 }
 
 /// Goal: through the committer, batches of many SKUs sent at once are
