@@ -266,6 +266,17 @@ impl LimitsUp {
             && self.answers.is_empty()
             && self.returned.is_empty()
     }
+
+    /// Adds `up` to what the next call carries; a later answer to a loan
+    /// replaces an earlier one of the same id.
+    pub fn gather(&mut self, up: LimitsUp) {
+        self.asks.extend(up.asks);
+        self.returns.extend(up.returns);
+        self.answers
+            .retain(|a| !up.answers.iter().any(|b| b.id == a.id));
+        self.answers.extend(up.answers);
+        self.returned.extend(up.returned);
+    }
 }
 
 /// Coordinator -> agent, in a sync's answer.

@@ -27,7 +27,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{IdError, RegionName, UserId};
+use crate::ids::{IdError, RegionName, TransferId, UserId};
+use crate::protocol::{LendAnswer, LimitsDown};
 
 /// Whether a SKU's per-user limit counts each region's rows on their own or
 /// all regions' together.
@@ -207,6 +208,22 @@ impl BorrowState {
             Self::Lent => Some(true),
             Self::Refused => Some(false),
             _ => None,
+        }
+    }
+
+    /// What the borrowing region hears of borrow `id` once it moved to
+    /// this state: the home's answer, if there is one.
+    pub fn borrower_news(self, id: &TransferId) -> LimitsDown {
+        LimitsDown {
+            answers: self
+                .answer()
+                .map(|lent| LendAnswer {
+                    id: id.clone(),
+                    lent,
+                })
+                .into_iter()
+                .collect(),
+            ..LimitsDown::default()
         }
     }
 

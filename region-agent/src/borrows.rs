@@ -306,14 +306,7 @@ impl Borrows {
             return;
         };
         link.request_sync();
-        let mut out = self.lock(&self.outgoing);
-        out.asks.extend(up.asks);
-        out.returns.extend(up.returns);
-        out.answers
-            .retain(|a| !up.answers.iter().any(|b| b.id == a.id));
-        out.answers.extend(up.answers);
-        out.returned.extend(up.returned);
-        drop(out);
+        self.lock(&self.outgoing).gather(up);
         self.gathered.notify_one();
     }
 

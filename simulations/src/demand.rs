@@ -1,4 +1,5 @@
-//! Demand: when buyers arrive, where, and what they do once they hold units.
+//! Demand: when buyers arrive, where, who they are, and what they do once
+//! they hold units.
 //!
 //! Each region's arrivals are a Poisson process whose rate ramps up to a
 //! peak at sale start, decays exponentially, and sits on a flat base;
@@ -10,10 +11,13 @@
 //!
 //! A buyer's own choices (quantity, abandon, release, confirm delay) come
 //! from a stream keyed by the buyer's number, so every policy in a
-//! comparison meets the same buyers making the same choices.
+//! comparison meets the same buyers making the same choices. A buyer's
+//! user id is a function of its number and region alone ([`user_id`]).
+
+use escrow_core::UserId;
 
 use crate::rng::{streams, Rng};
-use crate::scenario::{BuyerConfig, Scenario};
+use crate::scenario::{BuyerConfig, Scenario, UserIds};
 
 /// `Buyer::burst` of a human buyer.
 pub const HUMAN: u8 = u8::MAX;
@@ -95,6 +99,21 @@ pub fn choices(seed: u64, index: u32, cfg: &BuyerConfig, max_per_user: u32, mult
         }
     };
     Choices { qty, after_hold }
+}
+
+/// The user id of buyer `index`, who buys in `region`: `u{n}`, or
+/// `{region}:u{n}` under named ids, where `n` is the buyer's number, or
+/// that number modulo `users_max` when users come back.
+pub fn user_id(cfg: &BuyerConfig, index: u32, region: &str) -> UserId {
+    let n = match cfg.users_max {
+        0 => u64::from(index),
+        max => u64::from(index) % max,
+    };
+    let id = match cfg.users {
+        UserIds::Hashed => format!("u{n}"),
+        UserIds::Named => format!("{region}:u{n}"),
+    };
+    UserId::parse(&id).expect("validated: a region name and a number make a valid user id")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -313,6 +332,20 @@ impl Demand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: hashed ids name no region, named ids name the region bought
+    /// in, and `users_max` makes later buyers come back as earlier users.
+    #[test]
+    fn user_ids_follow_the_scenario() {
+        let mut cfg = BuyerConfig::default();
+        assert_eq!(user_id(&cfg, 7, "eu").as_str(), "u7");
+        cfg.users = UserIds::Named;
+        assert_eq!(user_id(&cfg, 7, "eu").as_str(), "eu:u7");
+        cfg.users = UserIds::Hashed;
+        cfg.users_max = 5;
+        assert_eq!(user_id(&cfg, 7, "ap").as_str(), "u2");
+        assert_eq!(user_id(&cfg, 2, "eu"), user_id(&cfg, 7, "ap"));
+    }
 
     /// Goal: the demand yields exactly the buyers asked for, in time order, within the window.
     #[test]

@@ -4,11 +4,14 @@
 //! agents and the coordinator run, under a simulated clock, network and
 //! crowd of buyers: [`agent`] drives escrow-core's `SkuOwner` (the agent's
 //! single writer) over a simulated [`database`]; [`coordinator`] drives the
-//! coordinator's rules (`escrow_core::allocation`) and the `Policy` trait;
-//! they talk in escrow-core's protocol messages over [`network`]. One seed reproduces a run bit for bit (see
+//! coordinator's rules (`escrow_core::allocation`) and the `Policy` trait,
+//! and relays places borrowed under a global per-user limit
+//! (`escrow_core::user_limit`); they talk in escrow-core's protocol
+//! messages over [`network`]. One seed reproduces a run bit for bit (see
 //! [`rng`]); every failure prints its seed.
 //!
-//! - [`database`]: the agent's stored state for one SKU, in memory.
+//! - [`database`]: the agent's stored state for one SKU, in memory, with
+//!   the places it borrowed and lent.
 //! - [`scenario`]: what a run models, read from TOML.
 //! - [`demand`]: when buyers arrive and what they do once they hold units.
 //! - [`queue`]: the event queue, ordered by (time, sequence).

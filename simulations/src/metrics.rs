@@ -12,8 +12,11 @@
 //! the first send of its reserve request to the HELD, across every retry:
 //! what `bench tail` measures on the real binaries. A hold whose wait is
 //! shorter than the region's round trip to the coordinator was decided
-//! without asking it ("under rtt").
+//! without asking it ("under rtt"). Under a global per-user limit, a hold
+//! whose user is at home elsewhere first borrowed its place from there: its
+//! wait includes that relay, and it is counted as a hold that paid a borrow.
 
+use escrow_core::UserLimitScope;
 use hdrhistogram::Histogram;
 
 use crate::agent::Answer;
@@ -100,6 +103,9 @@ pub struct RegionMetrics {
     pub hold_wait: LatencySummary,
     /// Holds whose wait was shorter than `rtt_ms`: decided without a round trip.
     pub holds_under_rtt: u64,
+    /// Holds on a place borrowed from the user's home region (a global
+    /// per-user limit): their wait includes the borrow.
+    pub borrowed_holds: u64,
     /// Latency of every answer.
     pub answer_latency: LatencySummary,
     /// Percentile curve of HELD latency: (quantile, µs).
@@ -110,6 +116,11 @@ impl RegionMetrics {
     /// Share of holds decided without a round trip (`None` without holds).
     pub fn holds_under_rtt_share(&self) -> Option<f64> {
         share(self.holds_under_rtt, self.hold_wait.count)
+    }
+
+    /// Share of holds that paid a borrow (`None` without holds).
+    pub fn borrowed_holds_share(&self) -> Option<f64> {
+        share(self.borrowed_holds, self.hold_wait.count)
     }
 }
 
@@ -205,6 +216,20 @@ pub struct Metrics {
     pub messages_per_sale: f64,
     /// Take calls per unit sold.
     pub takes_per_sale: f64,
+    /// Whether a user's one reservation counted per region or across all.
+    pub user_limit_scope: UserLimitScope,
+    /// Holds on a place borrowed from the user's home region, all regions.
+    pub borrowed_holds: u64,
+    /// Borrows the homes lent.
+    pub borrows_lent: u64,
+    /// Borrows the homes refused (the user held, had bought or had lent
+    /// their place already).
+    pub borrows_refused: u64,
+    /// Borrows their buyer stopped waiting for (PAUSED).
+    pub borrows_unanswered: u64,
+    /// Borrows the coordinator had not settled at the end: asked and not
+    /// answered, or given back and not yet home.
+    pub borrows_unsettled: u64,
     /// Latency of HELD answers, each from its own request's send, all regions.
     pub held_latency: LatencySummary,
     /// Hold wait (first reserve request to HELD, across retries), all regions.
@@ -231,6 +256,11 @@ impl Metrics {
         share(self.holds_under_rtt, self.hold_wait.count)
     }
 
+    /// Share of holds, all regions, that paid a borrow (`None` without holds).
+    pub fn borrowed_holds_share(&self) -> Option<f64> {
+        share(self.borrowed_holds, self.hold_wait.count)
+    }
+
     /// Whether the SKU was in central mode before the sale started (the
     /// `central` policy creates it so); `central_at_ms` is then the moment
     /// the world began, not a switch.
@@ -249,6 +279,7 @@ struct RegionCounts {
     paused_answers: u64,
     rejected_answers: u64,
     holds_under_rtt: u64,
+    borrowed_holds: u64,
 }
 
 /// Collects measurements during a run.
@@ -335,6 +366,11 @@ impl Recorder {
         }
     }
 
+    /// The hold a buyer in region `r` just got is on a borrowed place.
+    pub fn borrowed_hold(&mut self, r: usize) {
+        self.counts[r].borrowed_holds += 1;
+    }
+
     /// A SOLD_OUT answer in region `r` was false.
     pub fn false_sold_out(&mut self, r: usize) {
         self.counts[r].false_sold_outs += 1;
@@ -374,6 +410,7 @@ impl Recorder {
                     held_latency: LatencySummary::of(&self.held_latency[r]),
                     hold_wait: LatencySummary::of(&self.hold_wait[r]),
                     holds_under_rtt: c.holds_under_rtt,
+                    borrowed_holds: c.borrowed_holds,
                     answer_latency: LatencySummary::of(&self.answer_latency[r]),
                     held_latency_curve: curve(&self.held_latency[r]),
                 }
@@ -395,6 +432,11 @@ impl Recorder {
             LatencySummary::of(&self.hold_wait_all),
             self.counts.iter().map(|c| c.holds_under_rtt).sum(),
         )
+    }
+
+    /// Holds on a borrowed place, over all regions.
+    pub fn borrowed_holds(&self) -> u64 {
+        self.counts.iter().map(|c| c.borrowed_holds).sum()
     }
 
     /// Percentile curve of HELD latency over all regions.

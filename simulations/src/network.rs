@@ -9,7 +9,9 @@
 //! refuses connections, calls fail after one round trip). Buyers reach their
 //! own region's agent without crossing this network.
 
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse};
+use escrow_core::protocol::{
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse,
+};
 
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -25,18 +27,27 @@ pub enum Payload {
     Take(TakeRequest),
     /// Coordinator -> agent answer to a take.
     TakeReply(TakeResponse),
+    /// Agent -> coordinator borrows and loans, sent at once rather than
+    /// with the next sync (the agent's limits call).
+    Limits(LimitsUp),
+    /// Coordinator -> agent answer to a limits call.
+    LimitsReply(LimitsDown),
     /// The coordinator's host refused the connection (the process is down).
     Refused,
     /// Coordinator -> agent: the answer to its held-open watch call, sent
     /// when the coordinator has news for the region, with that news's
-    /// directive and pending grants: apply them and sync now.
+    /// directive and pending grants (and borrows and loans it relays):
+    /// apply them and sync now.
     Notice(WatchResponse),
 }
 
 impl Payload {
     /// Whether the message travels towards the coordinator.
     pub fn to_coordinator(&self) -> bool {
-        matches!(self, Payload::Sync(_) | Payload::Take(_))
+        matches!(
+            self,
+            Payload::Sync(_) | Payload::Take(_) | Payload::Limits(_)
+        )
     }
 }
 

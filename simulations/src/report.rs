@@ -4,11 +4,14 @@
 //! A report should be something a person would rather look at than read
 //! about: one table with the numbers that decide between policies, then
 //! plots of where the units were over time, how long buyers waited, and
-//! when buyers were wrongly told the sale was over.
+//! when buyers were wrongly told the sale was over. A SKU under a global
+//! per-user limit adds how many holds paid a borrow, overall and per region.
 
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
+
+use escrow_core::UserLimitScope;
 
 use crate::metrics::{LatencySummary, Metrics, RegionMetrics};
 use crate::scenario::Scenario;
@@ -93,7 +96,7 @@ fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
     let kv = |k: &str, v: String| vec![k.to_owned(), v];
-    vec![
+    let mut rows = vec![
         kv("units on sale", m.total_units.to_string()),
         kv("buyers (bots included)", m.buyers.to_string()),
         kv("reserve requests", m.attempts.to_string()),
@@ -134,6 +137,11 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
                 |share| format!("{} of {} ({share})", m.holds_under_rtt, m.hold_wait.count),
             ),
         ),
+    ];
+    if m.user_limit_scope == UserLimitScope::Global {
+        rows.extend(borrow_rows(m));
+    }
+    rows.extend([
         kv(
             "HELD answer latency p50 / p99 / p999 (ms)",
             lat(&m.held_latency),
@@ -165,6 +173,29 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
         kv(
             "simulated time (s) / events",
             format!("{:.1} / {}", m.end_ms / 1_000.0, m.events),
+        ),
+    ]);
+    rows
+}
+
+/// The summary's rows on borrowing under a global per-user limit: the
+/// holds that paid a borrow and how the borrows ended.
+fn borrow_rows(m: &Metrics) -> [Vec<String>; 2] {
+    let kv = |k: &str, v: String| vec![k.to_owned(), v];
+    [
+        kv(
+            "holds that paid a borrow",
+            percent_of(m.borrowed_holds, m.hold_wait.count).map_or_else(
+                || "-".to_owned(),
+                |share| format!("{} of {} ({share})", m.borrowed_holds, m.hold_wait.count),
+            ),
+        ),
+        kv(
+            "borrows lent / refused / unanswered / unsettled at the end",
+            format!(
+                "{} / {} / {} / {}",
+                m.borrows_lent, m.borrows_refused, m.borrows_unanswered, m.borrows_unsettled
+            ),
         ),
     ]
 }
@@ -200,7 +231,12 @@ fn region_row(r: usize, runs: &[Metrics]) -> Vec<String> {
         Some(share) => format!("{} ({share})", count(|x| x.holds_under_rtt)),
         None => "-".to_owned(),
     };
-    vec![
+    let borrowed: u64 = regions.iter().map(|x| x.borrowed_holds).sum();
+    let paid_borrow = match percent_of(borrowed, holds) {
+        Some(share) => format!("{} ({share})", count(|x| x.borrowed_holds)),
+        None => "-".to_owned(),
+    };
+    let mut row = vec![
         regions[0].name.clone(),
         num(regions[0].rtt_ms),
         count(|x| x.buyers),
@@ -212,7 +248,11 @@ fn region_row(r: usize, runs: &[Metrics]) -> Vec<String> {
         latencies(|x| &x.hold_wait),
         under_rtt,
         latencies(|x| &x.held_latency),
-    ]
+    ];
+    if runs[0].user_limit_scope == UserLimitScope::Global {
+        row.insert(BORROW_COLUMN, paid_borrow);
+    }
+    row
 }
 
 /// Rows of the per-region table over `runs` (the same scenario, so the same regions).
@@ -248,10 +288,29 @@ const REGION_HEADER: [&str; 11] = [
     "HELD answer p50 / p99 / p999 (ms)",
 ];
 
+/// Where a global SKU's per-region table puts "holds that paid a borrow":
+/// after "holds under rtt". The share is of the region's holds whose
+/// request first borrowed its place from the user's home region; their
+/// hold wait includes the borrow.
+const BORROW_COLUMN: usize = 10;
+
+/// Header of the per-region table over `runs`: a SKU under a global
+/// per-user limit adds the holds that paid a borrow.
+fn region_header(runs: &[Metrics]) -> Vec<&'static str> {
+    let mut header = REGION_HEADER.to_vec();
+    if runs
+        .first()
+        .is_some_and(|m| m.user_limit_scope == UserLimitScope::Global)
+    {
+        header.insert(BORROW_COLUMN, "holds that paid a borrow");
+    }
+    header
+}
+
 /// The per-region table over `runs` of one policy, as plain text (what
 /// `simulate run` and `simulate compare` print).
 pub fn region_table(runs: &[Metrics]) -> String {
-    text_table(&REGION_HEADER, &region_rows(runs))
+    text_table(&region_header(runs), &region_rows(runs))
 }
 
 /// The summary printed after `simulate run`.
@@ -380,7 +439,8 @@ pub fn write_run_report(
     );
     md += &md_table(&["metric", "value"], &summary_rows(m));
     md += "\n## Per region\n\n";
-    md += &md_table(&REGION_HEADER, &region_rows(std::slice::from_ref(m)));
+    let one = std::slice::from_ref(m);
+    md += &md_table(&region_header(one), &region_rows(one));
     md += "\n## Available per region over time\n\n![available](available.svg)\n\n";
     md += "## HELD latency distribution\n\n![latency](latency.svg)\n\n";
     md += "## False sold-outs over time\n\n![false sold-outs](false_sold_outs.svg)\n";
@@ -589,7 +649,7 @@ pub fn write_compare_report(
         let _ = writeln!(
             md,
             "### `{policy}`\n\n{}",
-            md_table(&REGION_HEADER, &region_rows(runs))
+            md_table(&region_header(runs), &region_rows(runs))
         );
     }
     std::fs::write(dir.join("compare.md"), md)?;

@@ -3,18 +3,22 @@
 //!
 //! Each seed draws its own scenario (regions, stock, demand, latencies,
 //! buyer behaviour, message faults, partitions, outages, crashes, timings)
-//! and its own policy and policy settings, so many seeds explore far more
-//! of the space than hand-written scenarios. During the safety phase the
+//! and its own policy and policy settings, and some a global per-user
+//! limit (buyers borrowing their place from their home region, some users
+//! coming back in other regions), so many seeds explore far more of the
+//! space than hand-written scenarios. During the safety phase the
 //! world checks every safety property after every event. Then every fault
 //! ends and the liveness phase runs until everything converges: every
 //! buyer done, every hold resolved, no transfer unacknowledged, every
-//! report current, leases equal to quotas, audit drift 0. A seed that does
+//! report current, every borrowed place settled, leases equal to quotas,
+//! audit drift 0. A seed that does
 //! not converge in time fails too.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use escrow_core::UserLimitScope;
 use indicatif::ProgressBar;
 
 use crate::policies::POLICY_NAMES;
@@ -176,7 +180,7 @@ pub fn case(seed: u64) -> SwarmCase {
         },
     };
     let policy = pick(&mut g, &POLICY_NAMES);
-    let scenario = Scenario {
+    let mut scenario = Scenario {
         name: format!("swarm-{seed}"),
         description: String::new(),
         seed,
@@ -184,6 +188,7 @@ pub fn case(seed: u64) -> SwarmCase {
             total,
             max_per_user,
             hold_ttl_ms,
+            user_limit_scope: UserLimitScope::Region,
         },
         regions,
         demand: DemandConfig {
@@ -205,6 +210,7 @@ pub fn case(seed: u64) -> SwarmCase {
             },
             retry_after_ms: g.range(50, 2_000),
             retries: g.range(0, 5) as u32,
+            ..BuyerConfig::default()
         },
         agent: AgentConfig {
             sync_interval_ms,
@@ -229,6 +235,14 @@ pub fn case(seed: u64) -> SwarmCase {
             max_s: 0.0,
         },
     };
+    // Drawn last, so each seed draws the configuration it drew before the
+    // global limit existed, with the limit on top.
+    if g.chance(0.3) {
+        scenario.sku.user_limit_scope = UserLimitScope::Global;
+        if g.chance(0.5) {
+            scenario.buyers.users_max = (buyers / 2).max(1);
+        }
+    }
     SwarmCase {
         seed,
         scenario,

@@ -8,8 +8,9 @@ const SEEDS: u64 = 500;
 
 /// Goal: a few hundred random configurations (regions, demand, latencies,
 /// message loss, duplication, reordering, partitions, coordinator outages,
-/// agent crashes, every policy with random settings) keep every safety
-/// property after every event, and converge once the faults stop.
+/// agent crashes, every policy with random settings, some under a global
+/// per-user limit) keep every safety property after every event, and
+/// converge once the faults stop.
 #[test]
 fn swarm_of_random_worlds_is_safe_and_live() {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);

@@ -209,15 +209,7 @@ impl Store {
             };
             if let Some(next) = state.on_answer(answer.lent) {
                 advance(&mut tx, id, state, next).await?;
-                let answers = next.answer().map(|lent| LendAnswer {
-                    id: answer.id.clone(),
-                    lent,
-                });
-                let carry = LimitsDown {
-                    answers: answers.into_iter().collect(),
-                    ..LimitsDown::default()
-                };
-                wake.push((borrower, carry));
+                wake.push((borrower, next.borrower_news(&answer.id)));
             }
         }
         for id in &up.returned {

@@ -6,9 +6,10 @@
 use escrow_core::owner::{
     gate, ActReply, Action, Command, Reply, ReserveReply, ReserveRequest, Ticket,
 };
-use escrow_core::{Deadline, Qty};
+use escrow_core::user_limit::Judge;
+use escrow_core::{Deadline, Qty, TransferId, UserId};
 
-use super::{now_ms, request_key, user_id, Agent, Effect};
+use super::{now_ms, request_key, Agent, Effect};
 
 /// The answer a buyer gets to a reserve request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +67,11 @@ fn ticket(buyer: u32, kind: u64) -> Ticket {
 
 const KIND_RESERVE: u64 = 0;
 
+/// The ticket of buyer `buyer`'s reserve request.
+pub(super) fn reserve_ticket(buyer: u32) -> Ticket {
+    ticket(buyer, KIND_RESERVE)
+}
+
 fn action_kind(action: BuyerAction) -> u64 {
     match action {
         BuyerAction::Confirm => 1,
@@ -95,8 +101,17 @@ pub(super) fn command_ticket(c: &Command) -> Ticket {
 }
 
 impl Agent {
-    /// A buyer asks for `qty` units: the HTTP handler's gate, then the owner's queue.
-    pub fn reserve(&mut self, now_us: u64, buyer: u32, qty: u64, out: &mut Vec<Effect>) {
+    /// Buyer `buyer`, user `user`, asks for `qty` units: the HTTP
+    /// handler's gate, then the owner's queue; a user at home elsewhere
+    /// under a global per-user limit borrows their place first.
+    pub fn reserve(
+        &mut self,
+        now_us: u64,
+        buyer: u32,
+        user: UserId,
+        qty: u64,
+        out: &mut Vec<Effect>,
+    ) {
         assert!(self.up, "a down agent takes no requests");
         let gate_us = now_us + self.cfg.gate_us;
         if let Some(reply) = gate(&self.owner.gate_view(self.link_down), qty) {
@@ -104,25 +119,59 @@ impl Agent {
                 buyer,
                 at_us: gate_us,
                 answer: Answer::of(&reply),
+                borrowed: false,
             });
         }
-        if self.queue.len() >= self.cfg.max_waiting {
-            return out.push(Effect::Answer {
+        match self.judge(&user) {
+            Judge::Here => self.enqueue(now_us, buyer, user, qty, None, out),
+            Judge::Home(home) => self.borrow(now_us, buyer, user, qty, home, out),
+            // The regions are not known yet: nobody can judge.
+            Judge::Unknown => out.push(Effect::Answer {
                 buyer,
                 at_us: gate_us,
+                answer: Answer::Paused,
+                borrowed: false,
+            }),
+        }
+    }
+
+    /// Queues buyer `buyer`'s request for the owner, on the place
+    /// `borrow` if it borrowed one; a full queue refuses it (and the
+    /// place goes home).
+    pub(super) fn enqueue(
+        &mut self,
+        now_us: u64,
+        buyer: u32,
+        user: UserId,
+        qty: u64,
+        borrow: Option<TransferId>,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.queue.len() >= self.cfg.max_waiting {
+            if let Some(id) = &borrow {
+                self.give_back(now_us, id, out);
+            }
+            return out.push(Effect::Answer {
+                buyer,
+                at_us: now_us + self.cfg.gate_us,
                 answer: Answer::QueueFull,
+                borrowed: false,
             });
+        }
+        let ticket = reserve_ticket(buyer);
+        if let Some(id) = &borrow {
+            self.hold_on(ticket, id.clone());
         }
         let max_per_user = self.owner.settings().max_per_user;
         let request = ReserveRequest {
-            borrow: None,
+            borrow,
             request_key: request_key(buyer),
-            user_id: user_id(buyer),
+            user_id: user,
             qty: Qty::parse(qty as i64, max_per_user).expect("buyers ask for 1..=max_per_user"),
             ttl: None,
         };
         self.queue.push_back(Command::Reserve {
-            ticket: ticket(buyer, KIND_RESERVE),
+            ticket,
             request,
             deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
             known: false,
@@ -161,11 +210,16 @@ impl Agent {
             self.waiting.remove(&t);
             let (buyer, action) = decode(t);
             match (reply, action) {
-                (Reply::Reserve(reply), None) => out.push(Effect::Answer {
-                    buyer,
-                    at_us: now_us,
-                    answer: Answer::of(&reply),
-                }),
+                (Reply::Reserve(reply), None) => {
+                    let answer = Answer::of(&reply);
+                    let borrowed = self.settle_borrow(now_us, t, answer == Answer::Held, out);
+                    out.push(Effect::Answer {
+                        buyer,
+                        at_us: now_us,
+                        answer,
+                        borrowed,
+                    });
+                }
                 (Reply::Act(reply), Some(action)) => out.push(Effect::Acted {
                     buyer,
                     at_us: now_us,

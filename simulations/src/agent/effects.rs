@@ -23,6 +23,14 @@ pub enum Timer {
     TakeTimeout(u64),
     /// A take call got no answer before its buyers' deadline.
     TakeDeadline(u64),
+    /// Borrow number `n`'s ask is written: it may leave.
+    BorrowWritten(u64),
+    /// Borrow number `n`'s buyer has waited its queue wait for an answer.
+    BorrowTimeout(u64),
+    /// The loans being written (as the home of their users) are durable.
+    LoansWritten,
+    /// A limits call got no answer within the client timeout.
+    LimitsTimeout(u64),
 }
 
 /// What an agent asks the world to do.
@@ -36,6 +44,9 @@ pub enum Effect {
         at_us: u64,
         /// The answer.
         answer: Answer,
+        /// The request held on a place borrowed from the user's home
+        /// region (a global per-user limit, the user away from home).
+        borrowed: bool,
     },
     /// Answer a buyer's action.
     Acted {
@@ -57,7 +68,7 @@ pub enum Effect {
     },
     /// A commit: `cpu_us` of work on the agent's CPU (shared by every agent
     /// when the scenario puts them on one machine), then `wait_us` for the
-    /// flush; then [`Timer::CommitDone`].
+    /// flush; then `done`.
     Commit {
         /// Which agent.
         region: usize,
@@ -69,6 +80,9 @@ pub enum Effect {
         cpu_us: u64,
         /// The flush after the work.
         wait_us: u64,
+        /// The timer that says it is durable: [`Timer::CommitDone`] for
+        /// the owner's batch, or a borrow's or loans' own write.
+        done: Timer,
     },
     /// Wake the agent.
     Timer {

@@ -1,6 +1,7 @@
 //! The agent's calls to the coordinator: takes for buyers waiting on
-//! units, the sync loop's reports, and the watch's notices, each with the
-//! client timeout the real agent uses.
+//! units, the sync loop's reports (with the borrows and loans not yet
+//! settled), and the watch's notices, each with the client timeout the
+//! real agent uses.
 
 use escrow_core::owner::TAKE_BUDGET_MIN_MS;
 use escrow_core::protocol::{
@@ -86,6 +87,8 @@ impl Agent {
     pub fn on_refused(&mut self, now_us: u64, call: u64, out: &mut Vec<Effect>) {
         if self.sync_call.as_ref().map(|c| c.call) == Some(call) {
             self.sync_failed(now_us, out);
+        } else if self.is_limits_call(call) {
+            self.limits_failed(now_us, call, out);
         } else {
             self.take_failed(now_us, call, true, out);
         }
@@ -117,7 +120,7 @@ impl Agent {
             .collect();
         let (skus, full) = self.reports.to_send(all, &returns);
         let req = SyncRequest {
-            limits: Default::default(),
+            limits: self.limits_to_send(),
             epoch: i64::from(self.epoch),
             seq: self.sync_seq,
             rtt_ms: self.last_rtt_ms,
@@ -168,11 +171,15 @@ impl Agent {
         self.on_sync_tick(now_us, out);
     }
 
-    /// The coordinator's watch answer came with news: its directive and
-    /// grants go to the owner as a sync's would. The owner asks for a sync
-    /// once it has acted on them (a return or a grant committed); only
-    /// news without a directive is fetched by a sync at once.
+    /// The coordinator's watch answer came with news: its borrows and
+    /// loans are applied at once; its directive and grants go to the owner
+    /// as a sync's would. The owner asks for a sync once it has acted on
+    /// them (a return or a grant committed); only news without a directive
+    /// is fetched by a sync at once.
     pub fn on_notice(&mut self, now_us: u64, news: &WatchResponse, out: &mut Vec<Effect>) {
+        if !news.limits.is_empty() {
+            self.apply_limits(now_us, &news.limits, out);
+        }
         match news.skus.first() {
             Some(d) => self.follow(d, &news.grants),
             None => self.request_sync(now_us, out),
@@ -182,8 +189,10 @@ impl Agent {
 
     /// Keeps the coordinator's latest directive for the owner's next idle
     /// moment, with every grant not yet handed over (a watch's and a
-    /// sync's answers can both arrive between two batches).
+    /// sync's answers can both arrive between two batches); the regions it
+    /// names judge the per-user limit at once.
     fn follow(&mut self, d: &SkuDirective, grants: &[TransferMsg]) {
+        self.borrowing.regions.clone_from(&d.limit_regions);
         let mut kept = self.control.take().map(|(_, g)| g).unwrap_or_default();
         merge_transfers(&mut kept, grants.iter().cloned());
         self.control = Some((d.clone(), kept));
@@ -212,7 +221,13 @@ impl Agent {
         for id in &resp.applied_returns {
             self.db.returns.remove(id);
         }
+        self.limits_sent(&sent.req.limits);
+        // After the next sync is scheduled: borrows and loans applied now
+        // may ask for one at once.
         self.schedule_sync(now_us, out);
+        if !resp.limits.is_empty() {
+            self.apply_limits(now_us, &resp.limits, out);
+        }
         self.pump(now_us, out);
     }
 }

@@ -15,15 +15,17 @@
 //!
 //! What survives a crash is what the real agent keeps in its database: the
 //! book, the ids of grants credited, grants not yet confirmed, returns not
-//! yet applied, and the mode. Queues, the owner's memory, the batch in
-//! progress, takes and syncs in flight, and what the coordinator answered of
-//! the reports are lost.
+//! yet applied, the mode, and the places borrowed and lent. Queues, the
+//! owner's memory, the batch in progress, takes, syncs and borrows in
+//! flight, and what the coordinator answered of the reports are lost.
 //!
 //! This file holds the agent's state, its timers, the loop that carries
 //! out the owner's I/O, and crash and restart; what buyers ask and are
 //! answered is in `buyers.rs`, what the agent asks of the world in
-//! `effects.rs`, and its calls to the coordinator in `link.rs`.
+//! `effects.rs`, its calls to the coordinator in `link.rs`, and the places
+//! it borrows and lends under a global per-user limit in `borrows.rs`.
 
+mod borrows;
 mod buyers;
 mod effects;
 mod link;
@@ -36,13 +38,14 @@ use escrow_core::owner::{
 };
 use escrow_core::protocol::{SkuDirective, TransferMsg};
 use escrow_core::{
-    Book, Mode, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId, UserId,
+    Book, Mode, RegionName, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId,
 };
 
 use crate::database::Database;
 use crate::network::{Envelope, Payload};
 use crate::scenario::AgentConfig;
-use buyers::{command_ticket, decode};
+use borrows::Borrowing;
+use buyers::{command_ticket, decode, reserve_ticket};
 use link::SyncCall;
 
 pub use buyers::{Answer, BuyerAction};
@@ -62,11 +65,6 @@ pub fn request_key(b: u32) -> RequestKey {
     RequestKey::parse(&format!("b{b}")).expect("b<digits> is a valid request key")
 }
 
-/// The user id of buyer `b`.
-pub fn user_id(b: u32) -> UserId {
-    UserId::parse(&format!("u{b}")).expect("u<digits> is a valid user id")
-}
-
 /// Counters of the agent's work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AgentStats {
@@ -78,6 +76,13 @@ pub struct AgentStats {
     pub syncs: u64,
     /// Batches committed.
     pub commits: u64,
+    /// Borrows the home lent.
+    pub borrows_lent: u64,
+    /// Borrows the home refused: the user held, had bought or had lent
+    /// their place already.
+    pub borrows_refused: u64,
+    /// Borrows not answered within their buyer's queue wait.
+    pub borrows_unanswered: u64,
 }
 
 /// One region's agent for the simulated SKU.
@@ -85,6 +90,8 @@ pub struct AgentStats {
 pub struct Agent {
     /// Region index.
     pub index: usize,
+    /// Region name.
+    region: RegionName,
     /// What the agent keeps in its database (survives a crash).
     pub db: Database,
     /// Whether the process runs.
@@ -120,12 +127,15 @@ pub struct Agent {
     sync_again: bool,
     sync_seq: u64,
     last_rtt_ms: u64,
+    /// Borrows and loans under a global per-user limit, in memory.
+    borrowing: Borrowing,
 }
 
 impl Agent {
     /// A fresh agent with an empty book.
     pub fn new(
         index: usize,
+        region: RegionName,
         tenant: &Tenant,
         sku: &Sku,
         settings: SkuSettings,
@@ -138,6 +148,7 @@ impl Agent {
         let owner = Self::start_owner(index, 1, db.record(), cfg, now_ms(0));
         Self {
             index,
+            region,
             db,
             up: true,
             epoch: 1,
@@ -160,6 +171,7 @@ impl Agent {
             sync_again: false,
             sync_seq: 0,
             last_rtt_ms: 0,
+            borrowing: Borrowing::default(),
         }
     }
 
@@ -247,6 +259,10 @@ impl Agent {
             }
             Timer::TakeTimeout(call) => self.take_failed(now_us, call, true, out),
             Timer::TakeDeadline(call) => self.take_failed(now_us, call, false, out),
+            Timer::BorrowWritten(n) => self.borrow_written(now_us, n, out),
+            Timer::BorrowTimeout(n) => self.borrow_timed_out(now_us, n, out),
+            Timer::LoansWritten => self.loans_written(now_us, out),
+            Timer::LimitsTimeout(call) => self.limits_failed(now_us, call, out),
         }
     }
 
@@ -276,6 +292,7 @@ impl Agent {
                         from_us: now_us,
                         cpu_us: rows * self.cfg.commit_row_us,
                         wait_us: self.cfg.commit_us,
+                        done: Timer::CommitDone,
                     });
                 }
                 Some(Io::Reload) => {
@@ -340,6 +357,7 @@ impl Agent {
         self.up = false;
         let mut lost: Vec<Ticket> = self.queue.drain(..).map(|c| command_ticket(&c)).collect();
         lost.extend(self.waiting.drain());
+        lost.extend(self.buyers_borrowing().map(reserve_ticket));
         lost.sort_unstable();
         for t in lost {
             let (buyer, action) = decode(t);
@@ -348,6 +366,7 @@ impl Agent {
                     buyer,
                     at_us: now_us,
                     answer: Answer::Unreachable,
+                    borrowed: false,
                 },
                 Some(action) => Effect::Acted {
                     buyer,
@@ -365,13 +384,17 @@ impl Agent {
         self.reports = Reports::default();
         self.sync_again = false;
         self.link_down = true;
+        self.borrowing = Borrowing::default();
     }
 
     /// The process starts again from its database, as a new incarnation.
+    /// No request of the one before waits for a borrow any more, and none
+    /// can use one: every borrow still asked goes home.
     pub fn restart(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         self.up = true;
         self.epoch += 1;
         self.sync_seq = 0;
+        self.db.give_back_unused();
         let record = self.db.record();
         self.owner = Self::start_owner(self.index, self.epoch, record, &self.cfg, now_ms(now_us));
         self.start(
@@ -399,8 +422,12 @@ impl Agent {
             .map_or(0, |b| b.holds.iter().map(|h| h.qty.units()).sum())
     }
 
-    /// Whether the agent holds no transfer state: nothing to ack, nothing returned unconfirmed.
+    /// Whether the agent holds no transfer state: nothing to ack, nothing
+    /// returned unconfirmed, no borrow asked or to give back.
     pub fn transfers_settled(&self) -> bool {
-        self.db.pending_acks.is_empty() && self.db.returns.is_empty()
+        self.db.pending_acks.is_empty()
+            && self.db.returns.is_empty()
+            && self.db.borrow_asks().is_empty()
+            && self.db.borrow_returns().is_empty()
     }
 }

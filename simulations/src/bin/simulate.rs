@@ -224,11 +224,12 @@ fn cmd_swarm(seeds: u64, first_seed: u64, threads_opt: Option<usize>) -> ExitCod
         println!("FAILED {f}");
         let c = swarm::case(f.seed);
         println!(
-            "  policy {}, {} regions, {} units, {} buyers, faults {:?}",
+            "  policy {}, {} regions, {} units, {} buyers, user limit {}, faults {:?}",
             c.policy,
             c.scenario.regions.len(),
             c.scenario.sku.total,
             c.scenario.demand.buyers,
+            c.scenario.sku.user_limit_scope,
             c.scenario.faults.iter().map(|f| f.kind).collect::<Vec<_>>()
         );
         println!(

@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use policy_settings::{PolicySettings, ProportionalSettings, RefillConfig, TailMergeConfig};
-pub use sale::{BotBurst, BuyerConfig, DemandConfig, RegionConfig, SkuConfig};
+pub use sale::{BotBurst, BuyerConfig, DemandConfig, RegionConfig, SkuConfig, UserIds};
 pub use system::{AgentConfig, CoordinatorConfig, FaultConfig, FaultKind, NetworkConfig};
 
 /// The standard scenarios, compiled in so `simulate run flash-1m` works from any directory.
@@ -70,6 +70,14 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "dist-burst",
         include_str!("../../scenarios/dist-burst.toml"),
+    ),
+    (
+        "dist-global-hashed",
+        include_str!("../../scenarios/dist-global-hashed.toml"),
+    ),
+    (
+        "dist-global-named",
+        include_str!("../../scenarios/dist-global-named.toml"),
     ),
 ];
 
@@ -203,9 +211,12 @@ impl Scenario {
         if self.regions.is_empty() || self.regions.len() > 32 {
             return bad("1..=32 regions".into());
         }
-        for r in &self.regions {
+        for (i, r) in self.regions.iter().enumerate() {
             if escrow_core::RegionName::parse(&r.name).is_err() {
                 return bad(format!("region name {:?} is not [a-z0-9-]{{1,32}}", r.name));
+            }
+            if self.region_index(&r.name) != Some(i) {
+                return bad(format!("two regions are named {}", r.name));
             }
             if !(r.demand >= 0.0 && r.rtt_ms >= 0.0 && r.jitter_ms >= 0.0) {
                 return bad(format!("region {}: negative demand or latency", r.name));
@@ -253,6 +264,11 @@ impl Scenario {
         }
         if b.confirm_delay_ms[0] > b.confirm_delay_ms[1] || b.retries > 1_000 {
             return bad("confirm_delay_ms must be [min, max]; retries <= 1000".into());
+        }
+        if b.users == UserIds::Named && b.users_max > 0 {
+            // A named id names the region bought in: the same user number
+            // in two regions would be two users.
+            return bad("users_max needs hashed user ids".into());
         }
         let a = &self.agent;
         if a.sync_interval_ms == 0
@@ -307,5 +323,28 @@ mod tests {
             assert_eq!(&s.name, name);
         }
         assert!(Scenario::load("no-such-scenario").is_err());
+    }
+
+    /// Goal: a scenario without the per-user settings keeps the per-region
+    /// limit and ids that name no region; one whose ids could not mean what
+    /// it says is refused: a region name twice (whose home would it be?),
+    /// or users coming back under ids that name the region bought in.
+    #[test]
+    fn user_settings_default_and_are_checked() {
+        let spread = Scenario::load("dist-spread").unwrap();
+        assert_eq!(
+            spread.sku.user_limit_scope,
+            escrow_core::UserLimitScope::Region
+        );
+        assert_eq!(spread.buyers.users, UserIds::Hashed);
+        let mut named = Scenario::load("dist-global-named").unwrap();
+        assert_eq!(named.buyers.users, UserIds::Named);
+        named.buyers.users_max = 10;
+        assert!(named.validate().is_err());
+        let mut hashed = Scenario::load("dist-global-hashed").unwrap();
+        hashed.buyers.users_max = 10;
+        hashed.validate().unwrap();
+        hashed.regions[1].name = "eu".into();
+        assert!(hashed.validate().is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! The sale a scenario models: the SKU, the regions selling it, when
-//! buyers arrive (with bot bursts), and what they do once they hold units.
+//! buyers arrive (with bot bursts), who they are and what they do once
+//! they hold units.
 
+use escrow_core::UserLimitScope;
 use serde::{Deserialize, Serialize};
 
 /// The SKU.
@@ -15,6 +17,12 @@ pub struct SkuConfig {
     /// How long a hold lasts before it expires.
     #[serde(default = "default_hold_ttl_ms")]
     pub hold_ttl_ms: u64,
+    /// Whether a user's one reservation counts in each region on its own
+    /// (`region`, the default) or across all of them (`global`: a buyer
+    /// away from home borrows their place from the home region first;
+    /// docs/protocol.md, "Per-user limit across regions").
+    #[serde(default)]
+    pub user_limit_scope: UserLimitScope,
 }
 
 fn one() -> u32 {
@@ -113,6 +121,26 @@ pub struct BuyerConfig {
     pub retry_after_ms: u64,
     /// A human retries at most this many times, then gives up.
     pub retries: u32,
+    /// How buyers' user ids are made, which decides their home region
+    /// under a global per-user limit.
+    pub users: UserIds,
+    /// Most distinct users among the buyers (0: every buyer is a user of
+    /// their own). Buyer `n` is user `n mod users_max`, so a user comes
+    /// back, in any region; only with `hashed` ids.
+    pub users_max: u64,
+}
+
+/// How a buyer's user id is made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserIds {
+    /// `u{n}`: the id names no region, so under a global limit the home
+    /// is hashed over the regions and most buyers buy away from it.
+    #[default]
+    Hashed,
+    /// `{region}:u{n}`, naming the region the buyer buys in: every buyer
+    /// is at home.
+    Named,
 }
 
 impl Default for BuyerConfig {
@@ -124,6 +152,8 @@ impl Default for BuyerConfig {
             confirm_delay_ms: [5_000, 120_000],
             retry_after_ms: 1_000,
             retries: 3,
+            users: UserIds::Hashed,
+            users_max: 0,
         }
     }
 }

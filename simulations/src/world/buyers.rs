@@ -3,6 +3,7 @@
 //! units were free, order inversions).
 
 use super::*;
+use crate::demand::user_id;
 
 impl World {
     pub(super) fn on_arrival(&mut self, r: usize) {
@@ -52,14 +53,17 @@ impl World {
         let qty = u64::from(buyer.qty);
         self.rec.attempt(r);
         if self.agents[r].up {
-            self.agents[r].reserve(self.now_us, b, qty, &mut self.effects);
+            let user = user_id(&self.scenario.buyers, b, &self.scenario.regions[r].name);
+            self.agents[r].reserve(self.now_us, b, user, qty, &mut self.effects);
             self.apply_effects();
         } else {
-            self.on_answer(b, self.now_us, Answer::Unreachable);
+            self.on_answer(b, self.now_us, Answer::Unreachable, false);
         }
     }
 
-    pub(super) fn on_answer(&mut self, b: u32, at_us: u64, answer: Answer) {
+    /// Buyer `b`'s reserve was answered at `at_us`; `borrowed` says a
+    /// HELD is on a place borrowed from the user's home region.
+    pub(super) fn on_answer(&mut self, b: u32, at_us: u64, answer: Answer, borrowed: bool) {
         let buyer = self.buyers[b as usize];
         let r = buyer.region as usize;
         self.rec
@@ -69,6 +73,9 @@ impl World {
                 // A buyer sends its first request on arrival (`on_arrival`).
                 self.rec
                     .hold_wait(r, at_us.saturating_sub(buyer.arrived_us));
+                if borrowed {
+                    self.rec.borrowed_hold(r);
+                }
                 self.buyers_served += 1;
                 if self
                     .first_turned_away_arrival_us

@@ -13,7 +13,8 @@
 //! `pool + in_transit + sum(available + held + sold) = total`, per region
 //! `leased + in_transit = quota + unapplied grants + unapplied returns`, the
 //! contract's audit over the coordinator's view is 0, and nothing is held or
-//! sold beyond the total.
+//! sold beyond the total. Under a global per-user limit, no user holds or
+//! has bought in two regions, nor where their place is lent.
 //!
 //! - `buyers`: arrivals, attempts, retries, actions and what answers count for.
 //! - `faults`: partitions, coordinator outages and agent crashes on a schedule.
@@ -26,7 +27,7 @@ mod safety;
 mod sampling;
 
 use escrow_core::owner::{ActReply, SWEEP_INTERVAL_MS};
-use escrow_core::{Sku, SkuSettings, Status, Tenant};
+use escrow_core::{RegionName, Sku, SkuSettings, Status, Tenant};
 use indicatif::ProgressBar;
 
 use crate::agent::{Agent, Answer, BuyerAction, Effect, Timer};
@@ -152,6 +153,9 @@ pub struct World {
     last_hold_us: Option<u64>,
     oversold: u64,
     census: Census,
+    /// The agents' database writes when users were last checked: who
+    /// holds what changes only with a write.
+    users_checked_at: u64,
     events: u64,
     next_sample_ms: f64,
 }
@@ -171,9 +175,15 @@ impl World {
             Some(i64::from(s.sku.max_per_user)),
             Some(s.sku.hold_ttl_ms as i64),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_scope(s.sku.user_limit_scope);
         let tenant = Tenant::parse("sim").expect("a fixed valid name");
         let sku = Sku::parse("sku").expect("a fixed valid name");
+        let names = s
+            .regions
+            .iter()
+            .map(|r| RegionName::parse(&r.name).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
         let coordinator = Coordinator::new(
             s.sku.total,
             s.regions.iter().map(|r| r.weight).collect(),
@@ -184,10 +194,24 @@ impl World {
                 sku: sku.clone(),
                 max_per_user: s.sku.max_per_user,
                 hold_ttl_ms: s.sku.hold_ttl_ms,
+                user_limit_scope: s.sku.user_limit_scope,
+                regions: names.clone(),
             },
         );
-        let agents: Vec<Agent> = (0..s.regions.len())
-            .map(|i| Agent::new(i, &tenant, &sku, settings, coordinator.mode(), &s.agent))
+        let agents: Vec<Agent> = names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                Agent::new(
+                    i,
+                    name,
+                    &tenant,
+                    &sku,
+                    settings,
+                    coordinator.mode(),
+                    &s.agent,
+                )
+            })
             .collect();
         let sale_start_us = s.run.warmup_ms * 1_000;
         let faults = s
@@ -235,6 +259,7 @@ impl World {
             last_hold_us: None,
             oversold: 0,
             census: Census::default(),
+            users_checked_at: 0,
             events: 0,
             next_sample_ms: SAMPLE_FIRST_MS,
             scenario: s.clone(),
@@ -303,12 +328,14 @@ impl World {
     }
 
     /// Whether everything converged: quiet, every agent up, no transfer
-    /// unacknowledged or unconfirmed, every latest report equal to its
-    /// agent's counters, leases equal to quotas, and the audit at 0.
+    /// unacknowledged or unconfirmed, no borrowed place asked or on its way
+    /// home, every latest report equal to its agent's counters, leases
+    /// equal to quotas, and the audit at 0.
     pub fn converged(&self) -> bool {
         self.quiet()
             && self.census.in_transit == 0
             && self.coordinator.drift() == 0
+            && self.coordinator.borrows_unsettled() == 0
             && self.agents.iter().enumerate().all(|(r, a)| {
                 let l = a.db.book.ledger;
                 let q = &self.coordinator.allocation().regions[r];
@@ -391,7 +418,8 @@ impl World {
                     buyer,
                     at_us,
                     answer,
-                } => self.on_answer(buyer, at_us, answer),
+                    borrowed,
+                } => self.on_answer(buyer, at_us, answer, borrowed),
                 // Answers reach buyers when given: the world's time is theirs.
                 Effect::Acted {
                     buyer,
@@ -406,6 +434,7 @@ impl World {
                     from_us,
                     cpu_us,
                     wait_us,
+                    done,
                 } => {
                     let mut start_us = from_us;
                     if self.scenario.agent.one_machine {
@@ -417,7 +446,7 @@ impl World {
                         Event::Agent {
                             region,
                             epoch,
-                            timer: Timer::CommitDone,
+                            timer: done,
                         },
                     );
                 }
@@ -478,6 +507,9 @@ impl World {
                     Payload::Take(req) => {
                         Some(Payload::TakeReply(self.coordinator.on_take(now, r, req)))
                     }
+                    Payload::Limits(up) => {
+                        Some(Payload::LimitsReply(self.coordinator.relay_limits(r, up)))
+                    }
                     _ => None,
                 }
             };
@@ -523,7 +555,8 @@ impl World {
             Payload::TakeReply(resp) => a.on_take_reply(now, env.call, resp, &mut self.effects),
             Payload::Refused => a.on_refused(now, env.call, &mut self.effects),
             Payload::Notice(news) => a.on_notice(now, news, &mut self.effects),
-            Payload::Sync(_) | Payload::Take(_) => {}
+            Payload::LimitsReply(down) => a.on_limits_reply(now, env.call, down, &mut self.effects),
+            Payload::Sync(_) | Payload::Take(_) | Payload::Limits(_) => {}
         }
         self.apply_effects();
     }
@@ -542,6 +575,13 @@ impl World {
                 t.0 + a.stats.syncs,
                 t.1 + a.stats.takes,
                 t.2 + a.stats.expired_units,
+            )
+        });
+        let borrows = self.agents.iter().fold((0, 0, 0), |t, a| {
+            (
+                t.0 + a.stats.borrows_lent,
+                t.1 + a.stats.borrows_refused,
+                t.2 + a.stats.borrows_unanswered,
             )
         });
         let sold = c.sold;
@@ -586,6 +626,12 @@ impl World {
             messages_duplicated: self.network.stats.duplicated,
             messages_per_sale: per_sale(self.network.stats.sent),
             takes_per_sale: per_sale(stats.1),
+            user_limit_scope: self.scenario.sku.user_limit_scope,
+            borrowed_holds: self.rec.borrowed_holds(),
+            borrows_lent: borrows.0,
+            borrows_refused: borrows.1,
+            borrows_unanswered: borrows.2,
+            borrows_unsettled: self.coordinator.borrows_unsettled() as u64,
             held_latency,
             hold_wait,
             holds_under_rtt,

@@ -1,6 +1,11 @@
 //! The world's safety checks, run after every event from ground truth:
 //! where every unit is, the invariant per region and overall, the audit,
-//! and nothing held or sold beyond the total.
+//! nothing held or sold beyond the total, and under a global per-user limit
+//! one place per user.
+
+use std::collections::HashMap;
+
+use escrow_core::UserLimitScope;
 
 use super::*;
 
@@ -99,6 +104,41 @@ impl World {
             )));
         }
         self.census = c;
+        self.check_users()
+    }
+
+    /// Under a global per-user limit: no user holds or has bought in two
+    /// regions, and no home holds for a user whose place it lent. Checked
+    /// again only after a database write, the only thing that changes it.
+    fn check_users(&mut self) -> Result<(), Violation> {
+        if self.scenario.sku.user_limit_scope != UserLimitScope::Global {
+            return Ok(());
+        }
+        let writes = self.agents.iter().map(|a| a.db.writes).sum();
+        if writes == self.users_checked_at {
+            return Ok(());
+        }
+        self.users_checked_at = writes;
+        let mut places: HashMap<&escrow_core::UserId, usize> = HashMap::new();
+        for (r, a) in self.agents.iter().enumerate() {
+            let active =
+                a.db.book
+                    .reservations()
+                    .filter(|res| res.status.is_active());
+            for res in active {
+                let user = &res.user_id;
+                if let Some(first) = places.insert(user, r) {
+                    return Err(self.violation(format!(
+                        "user {user} holds in regions {first} and {r} under a global limit"
+                    )));
+                }
+                if a.db.has_lent(user) {
+                    return Err(self.violation(format!(
+                        "region {r} holds for user {user}, whose place it lent"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 

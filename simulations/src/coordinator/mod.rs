@@ -8,14 +8,23 @@
 //! ids of returns applied and of takes granted (so repeats are recognised),
 //! and the grant ids it hands out; plus the simulated time a request takes
 //! to serve. State survives an outage: the outage only makes it unreachable.
+//!
+//! This file holds the SKU's quota and the watch answers; the relay of
+//! borrowed places under a global per-user limit is in `limits.rs`.
+
+mod limits;
 
 use std::collections::{HashMap, HashSet};
 
 use escrow_core::allocation::{
     self, AgentSession, Allocation, AllocationError, Moves, TakeHistory,
 };
-use escrow_core::protocol::{SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse};
-use escrow_core::{Mode, Policy, Sku, SkuSettings, Tenant, TransferId};
+use escrow_core::protocol::{
+    LimitsDown, SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchResponse,
+};
+use escrow_core::{Mode, Policy, RegionName, Sku, SkuSettings, Tenant, TransferId, UserLimitScope};
+
+use limits::Borrows;
 
 /// The coordinator of one SKU.
 #[derive(Debug)]
@@ -34,6 +43,17 @@ pub struct Coordinator {
     service_us: u64,
     /// Regions with news since the world last asked.
     noticed: Vec<usize>,
+    /// Per region: its news includes the SKU's directive and grants (not
+    /// only borrows and loans).
+    sku_news: Vec<bool>,
+    /// Per region: the borrows and loans its next watch answer carries.
+    carry: Vec<LimitsDown>,
+    /// The regions, in the scenario's order (a region's index is its place here).
+    names: Vec<RegionName>,
+    /// Under a global per-user limit, the regions sorted, as directives name them.
+    limit_regions: Vec<RegionName>,
+    /// Borrowed places relayed between regions.
+    borrows: Borrows,
 }
 
 /// Identity and settings of the simulated SKU.
@@ -47,6 +67,10 @@ pub struct SkuIdentity {
     pub max_per_user: u32,
     /// Default hold.
     pub hold_ttl_ms: u64,
+    /// Whether a user's one reservation counts per region or across all.
+    pub user_limit_scope: UserLimitScope,
+    /// The regions it is sold in, in the scenario's order.
+    pub regions: Vec<RegionName>,
 }
 
 fn next_grant_id(seq: &mut u64) -> TransferId {
@@ -70,7 +94,18 @@ impl Coordinator {
             Some(i64::from(id.max_per_user)),
             i64::try_from(id.hold_ttl_ms).ok(),
         )
-        .expect("the world checked the SKU's settings");
+        .expect("the world checked the SKU's settings")
+        .with_scope(id.user_limit_scope);
+        assert_eq!(weights.len(), id.regions.len(), "one weight per region");
+        let limit_regions = match id.user_limit_scope {
+            UserLimitScope::Region => Vec::new(),
+            UserLimitScope::Global => {
+                let mut sorted = id.regions.clone();
+                sorted.sort();
+                sorted
+            }
+        };
+        let names = id.regions;
         let mut grant_seq = 0;
         let (allocation, _) = Allocation::create(
             id.tenant,
@@ -93,6 +128,11 @@ impl Coordinator {
             busy_until_us: 0,
             service_us,
             noticed: Vec::new(),
+            sku_news: vec![false; regions],
+            carry: vec![LimitsDown::default(); regions],
+            names,
+            limit_regions,
+            borrows: Borrows::default(),
         }
     }
 
@@ -161,12 +201,19 @@ impl Coordinator {
         self.merged_at(synced.moves.merged, now_us);
         self.news(&synced.moves);
         Some(SyncResponse {
-            limits: Default::default(),
+            limits: self.relay_limits(r, &req.limits),
             grants: synced.grants,
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|t| t.id.clone()).collect(),
-            skus: vec![synced.directive],
+            skus: vec![self.with_regions(synced.directive)],
         })
+    }
+
+    /// A directive of the allocation's, naming the SKU's regions under a
+    /// global per-user limit, as the real coordinator's does.
+    fn with_regions(&self, mut d: SkuDirective) -> SkuDirective {
+        d.limit_regions.clone_from(&self.limit_regions);
+        d
     }
 
     /// A synchronous take through [`Allocation::take`], with the take ids
@@ -195,28 +242,36 @@ impl Coordinator {
     fn news(&mut self, moves: &Moves) {
         let regions = self.allocation.regions.len();
         for r in moves.regions_to_notify(regions) {
-            if !self.noticed.contains(&r) {
-                self.noticed.push(r);
-            }
+            self.sku_news[r] = true;
+            self.notice(r);
         }
     }
 
-    /// The answer to region `r`'s watch call when it has news: the SKU's
-    /// directive and its grants pending to `r`, as the real coordinator
-    /// answers (nothing for an incarnation that is not the region's
-    /// current session, which the real one fences the same way).
-    pub fn watch_news(&self, r: usize, epoch: u32) -> WatchResponse {
+    /// Region `r`'s watch call is to be answered.
+    fn notice(&mut self, r: usize) {
+        if !self.noticed.contains(&r) {
+            self.noticed.push(r);
+        }
+    }
+
+    /// The answer to region `r`'s watch call when it has news: with news
+    /// of the SKU, its directive and its grants pending to `r`, as the
+    /// real coordinator answers (nothing for an incarnation that is not the
+    /// region's current session, which the real one fences the same way);
+    /// and the borrows and loans relayed to `r` since its last answer.
+    pub fn watch_news(&mut self, r: usize, epoch: u32) -> WatchResponse {
         let current = self.sessions[r].is_some_and(|s| s.epoch == i64::from(epoch));
+        let sku_news = std::mem::take(&mut self.sku_news[r]) && current;
         WatchResponse {
-            limits: Default::default(),
+            limits: std::mem::take(&mut self.carry[r]),
             notice: 0,
-            grants: if current {
+            grants: if sku_news {
                 self.allocation.pending_grants(r)
             } else {
                 Vec::new()
             },
-            skus: if current {
-                vec![self.allocation.directive(r)]
+            skus: if sku_news {
+                vec![self.with_regions(self.allocation.directive(r))]
             } else {
                 Vec::new()
             },

@@ -4,15 +4,21 @@
 //! Reservations and counters are escrow-core's [`Book`], which judges a
 //! batch with the same conditions as the store's SQL; around it, the
 //! transfer tables: grant ids credited (so a duplicate is ignored), grants
-//! not yet confirmed, returns debited and not yet applied, and the mode. A
-//! commit applies a batch in the store's order and answers with the same
-//! [`BatchOutcome`]. The fidelity test runs one recorded stream through this
-//! database and through PostgreSQL and compares every decision.
+//! not yet confirmed, returns debited and not yet applied, and the mode;
+//! and the places borrowed and lent under a global per-user limit
+//! (`limits.rs`). A commit applies a batch in the store's order and answers
+//! with the same [`BatchOutcome`]. The fidelity test runs one recorded
+//! stream through this database and through PostgreSQL and compares every
+//! decision.
+
+mod limits;
 
 use std::collections::{BTreeMap, HashSet};
 
 use escrow_core::batch::{Batch, BatchOutcome, SkuRecord, StockChange};
 use escrow_core::{Book, Mode, RequestKey, Reservation, Status, Tenant, TransferId};
+
+pub use limits::{BorrowRow, BorrowerState, Limits};
 
 /// One SKU's stored state in one region.
 #[derive(Debug, Clone)]
@@ -29,6 +35,11 @@ pub struct Database {
     pub pending_acks: Vec<TransferId>,
     /// Returns debited and not yet confirmed applied, by id.
     pub returns: BTreeMap<TransferId, u64>,
+    /// Places borrowed and lent under a global per-user limit.
+    pub limits: Limits,
+    /// Transactions committed, of every kind: who holds what changes only
+    /// with one.
+    pub writes: u64,
 }
 
 impl Database {
@@ -41,6 +52,8 @@ impl Database {
             applied_grants: HashSet::new(),
             pending_acks: Vec::new(),
             returns: BTreeMap::new(),
+            limits: Limits::default(),
+            writes: 0,
         }
     }
 
@@ -80,10 +93,12 @@ impl Database {
     }
 
     /// Commits a batch in the store's order: grants credited once, mode,
-    /// the book's transitions, sweep, changes and holds, then returns
-    /// debited into the outbox. A batch the book refuses is a bug in the
-    /// owner: the run stops loudly.
+    /// the book's transitions, sweep, changes and holds (a hold of a user
+    /// whose place this region lent is not inserted; the borrows of those
+    /// inserted are marked used), then returns debited into the outbox. A
+    /// batch the book refuses is a bug in the owner: the run stops loudly.
     pub fn commit(&mut self, batch: &Batch) -> BatchOutcome {
+        self.writes += 1;
         let mut applied = Vec::new();
         for g in &batch.grants {
             if self.applied_grants.insert(g.id.clone()) {
@@ -98,8 +113,8 @@ impl Database {
             }
         }
         let mut outcome = self
-            .book
-            .commit(batch)
+            .commit_book(batch)
+            .and_then(|outcome| self.mark_used(batch, &outcome).map(|()| outcome))
             .unwrap_or_else(|e| panic!("the database refused an owner's batch: {e}"));
         for r in &batch.returns {
             self.book
