@@ -189,6 +189,11 @@ struct TailArgs {
     /// Seed of the buyers' order over regions.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Runs every shape this many times, on seeds --seed, --seed + 1, ...,
+    /// and ends with how many seeds met every distance target per shape
+    /// (one seed's p99 of a small region is one buyer; judge on several).
+    #[arg(long, default_value_t = 1, conflicts_with = "scenario")]
+    seeds: u64,
     /// --sync-interval-ms of the agents and the coordinator (default 200,
     /// or the scenario's).
     #[arg(long)]
@@ -430,7 +435,17 @@ async fn coordinator_capacity(cli: &Cli, args: &CapacityArgs) -> anyhow::Result<
 }
 
 async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
-    let sales = tail_sales(args)?;
+    anyhow::ensure!(
+        (1..=1_000).contains(&args.seeds),
+        "--seeds must be in 1..=1000"
+    );
+    let seeded: Vec<(u64, Vec<Sale>)> = (args.seed..args.seed + args.seeds)
+        .map(|seed| {
+            let mut args = args.clone();
+            args.seed = seed;
+            tail_sales(&args).map(|sales| (seed, sales))
+        })
+        .collect::<anyhow::Result<_>>()?;
     let scenario = match &args.scenario {
         Some(path) => Some(simulations::Scenario::load(path)?),
         None => None,
@@ -477,19 +492,26 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
     );
     let watch = bench::interference::Watch::start();
     let mut ok = true;
-    for sale in &sales {
-        let mut runs = Vec::new();
-        for policy in &args.policies {
-            eprintln!("bench tail: {} / {policy} ...", sale.label);
-            runs.push(bench::tail::run_policy(&settings, sale, policy).await?);
-        }
-        println!("{}", bench::tail::report::table(sale, &runs));
-        if args.timeline {
-            for run in &runs {
-                println!("{}", bench::tail::report::timeline(run));
+    let mut verdicts = bench::tail::report::Verdicts::default();
+    for (seed, sales) in &seeded {
+        for sale in sales {
+            let mut runs = Vec::new();
+            for policy in &args.policies {
+                eprintln!("bench tail: {} / {policy} / seed {seed} ...", sale.label);
+                runs.push(bench::tail::run_policy(&settings, sale, policy).await?);
             }
+            println!("{}", bench::tail::report::table(sale, &runs));
+            if args.timeline {
+                for run in &runs {
+                    println!("{}", bench::tail::report::timeline(run));
+                }
+            }
+            verdicts.add(sale, *seed, &runs);
+            ok &= bench::tail::report::all_ok(&runs);
         }
-        ok &= bench::tail::report::all_ok(&runs);
+    }
+    if args.seeds > 1 {
+        println!("{}", verdicts.table());
     }
     println!("{}", watch.stop().summary(machine.cores));
     anyhow::ensure!(ok, "a run failed its checks (see FAILED above)");

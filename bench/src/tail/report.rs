@@ -289,6 +289,89 @@ pub fn distance_targets_missed(run: &TailRun, central: &TailRun) -> Vec<String> 
     missed
 }
 
+/// Issue 19's verdicts over several seeds: per shape and policy (against
+/// `central` in the same run), the seeds that met every distance target
+/// and what the others missed.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    rows: Vec<VerdictRow>,
+}
+
+/// One shape and policy's verdicts.
+#[derive(Debug)]
+struct VerdictRow {
+    shape: String,
+    policy: String,
+    seeds: u64,
+    /// Each seed that missed a target: "seed N: what".
+    misses: Vec<String>,
+}
+
+impl Verdicts {
+    /// Adds one seed's runs of `sale`; nothing without a `central` run or
+    /// for a sale without round trips (loopback has no distance targets).
+    pub fn add(&mut self, sale: &Sale, seed: u64, runs: &[TailRun]) {
+        let Some(central) = runs.iter().find(|r| r.policy == "central") else {
+            return;
+        };
+        if runs
+            .iter()
+            .all(|r| r.stats.regions.iter().all(|g| g.rtt_ms == 0))
+        {
+            return;
+        }
+        let shape = sale.label.split(':').next().unwrap_or(&sale.label);
+        for run in runs.iter().filter(|r| r.policy != "central") {
+            let missed = distance_targets_missed(run, central);
+            let index = match self
+                .rows
+                .iter()
+                .position(|row| row.shape == shape && row.policy == run.policy)
+            {
+                Some(index) => index,
+                None => {
+                    self.rows.push(VerdictRow {
+                        shape: shape.to_owned(),
+                        policy: run.policy.clone(),
+                        seeds: 0,
+                        misses: Vec::new(),
+                    });
+                    self.rows.len() - 1
+                }
+            };
+            let row = &mut self.rows[index];
+            row.seeds += 1;
+            if !missed.is_empty() {
+                row.misses
+                    .push(format!("seed {seed}: {}", missed.join("; ")));
+            }
+        }
+    }
+
+    /// One row per shape and policy: seeds that met every target, of those
+    /// run, and each miss.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "| shape | policy | seeds meeting every distance target | misses |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---|");
+        for row in &self.rows {
+            let met = row.seeds - row.misses.len() as u64;
+            let _ = writeln!(
+                out,
+                "| {} | `{}` | {met} of {} | {} |",
+                row.shape,
+                row.policy,
+                row.seeds,
+                row.misses.join("<br>")
+            );
+        }
+        out
+    }
+}
+
 /// Whether every run passed its checks.
 pub fn all_ok(runs: &[TailRun]) -> bool {
     runs.iter().all(|r| r.stats.problems().is_empty())
