@@ -83,7 +83,7 @@ impl RateMeter {
     /// move to buyers waiting elsewhere.
     pub fn demand_per_s(&mut self, now_ms: u64) -> f64 {
         let rate = self.rate_per_s(now_ms);
-        match self.stops_at_ms(now_ms) {
+        match self.stops_at(rate) {
             Some(at) if now_ms >= at => {
                 let idle_ms = now_ms.saturating_sub(self.last_units_ms) as f64;
                 rate.min(1_000.0 / idle_ms)
@@ -96,6 +96,11 @@ impl RateMeter {
     /// at the rate measured at `now_ms`; `None` while there is no rate.
     pub fn stops_at_ms(&mut self, now_ms: u64) -> Option<u64> {
         let rate = self.rate_per_s(now_ms);
+        self.stops_at(rate)
+    }
+
+    /// [`RateMeter::stops_at_ms`] at the smoothed rate `rate`.
+    fn stops_at(&self, rate: f64) -> Option<u64> {
         (rate > 0.0).then(|| {
             let idle_ms = (IDLE_GAPS * 1_000.0 / rate).max(IDLE_MIN_MS);
             self.last_units_ms + idle_ms.ceil() as u64

@@ -348,8 +348,9 @@ impl SkuOwner {
     /// When the owner wants `handle_timeout` at the latest, ms since the
     /// epoch: the next tick, the first hold to fall due, the moment its
     /// demand reads as stopped, or the next take for requests waiting on
-    /// units from elsewhere, or the first of their deadlines. A hold already due when the last batch was decided (that
-    /// batch could not expire it) waits for the tick, not a busy loop.
+    /// units from elsewhere, or the first of their deadlines. A hold
+    /// already due when the last batch was decided (that batch could not
+    /// expire it) waits for the tick, not a busy loop.
     pub fn poll_timeout(&self) -> u64 {
         let parked = self
             .parked
