@@ -16,6 +16,8 @@
 //! - [`demand`]: when buyers arrive and what they do once they hold units.
 //! - [`queue`]: the event queue, ordered by (time, sequence).
 //! - [`world`]: the event loop and the safety checks run after every event.
+//! - [`shop`]: several SKUs' worlds in one time order, and carts of them
+//!   held all or nothing.
 //! - [`metrics`]: what a run measured.
 //! - [`run`]: running one policy and seed, or a matrix of them.
 //! - [`report`], [`svg`]: summary tables, Markdown reports and plots.
@@ -34,6 +36,7 @@ pub mod report;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+pub mod shop;
 pub mod svg;
 pub mod swarm;
 pub mod world;

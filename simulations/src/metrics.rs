@@ -248,9 +248,101 @@ pub struct Metrics {
     pub end_ms: f64,
     /// Events processed.
     pub events: u64,
+    /// SKUs on sale: more than one in a shop, whose figures above are
+    /// summed over its SKUs (the series are its first SKU's).
+    pub skus: u32,
+    /// The carts of a shop, if the scenario has them.
+    pub carts: Option<CartMetrics>,
+}
+
+/// What a shop's carts did: each cart held all or nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CartMetrics {
+    /// Buyers that came to check out a cart.
+    pub buyers: u64,
+    /// Carts held.
+    pub held: u64,
+    /// Items (SKUs) in the carts held.
+    pub items_held: u64,
+    /// Carts confirmed (every item sold).
+    pub sold: u64,
+    /// Carts released by their buyers.
+    pub released: u64,
+    /// Carts that expired.
+    pub expired: u64,
+    /// Buyers that left without a cart (an item sold out, or out of retries).
+    pub turned_away: u64,
+    /// Holds of a cart refused because an item was sold out, naming it.
+    pub sold_out_answers: u64,
+    /// Carts whose items were all set aside, written in one commit each
+    /// (many carts to a commit).
+    pub commits: u64,
+    /// When the last cart was held, ms after sale start.
+    pub last_hold_ms: Option<f64>,
+    /// Hold wait of the carts held (first request to HELD), all regions.
+    pub hold_wait: LatencySummary,
+    /// Carts held faster than their region's round trip, all regions.
+    pub holds_under_rtt: u64,
+    /// Per region: the carts' answers and hold waits.
+    pub regions: Vec<RegionMetrics>,
+}
+
+impl CartMetrics {
+    /// Items held per second of the sale: `items_held` over the time to
+    /// the last cart held (`None` before one).
+    pub fn items_per_s(&self) -> Option<f64> {
+        self.last_hold_ms
+            .filter(|ms| *ms > 0.0)
+            .map(|ms| self.items_held as f64 / (ms / 1_000.0))
+    }
 }
 
 impl Metrics {
+    /// Adds the figures of another SKU of the same shop that are not in
+    /// its recorder (those were absorbed with [`Recorder::absorb`]):
+    /// units, buyers, outcomes, the agents' and network's work; the
+    /// sell-out and the last hold are the latest of the two.
+    pub fn add_sku(&mut self, other: &Metrics) {
+        self.total_units += other.total_units;
+        self.buyers += other.buyers;
+        self.sold_units += other.sold_units;
+        self.held_units_at_end += other.held_units_at_end;
+        self.oversold_units += other.oversold_units;
+        self.buyers_served += other.buyers_served;
+        self.buyers_turned_away += other.buyers_turned_away;
+        self.units_turned_away += other.units_turned_away;
+        self.turned_away_while_free += other.turned_away_while_free;
+        self.order_inversions += other.order_inversions;
+        self.stranded_units += other.stranded_units;
+        let later = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.sell_out_ms = later(self.sell_out_ms, other.sell_out_ms);
+        self.last_hold_ms = later(self.last_hold_ms, other.last_hold_ms);
+        self.expired_units += other.expired_units;
+        self.released_holds += other.released_holds;
+        self.confirms_refused += other.confirms_refused;
+        self.sync_requests += other.sync_requests;
+        self.take_requests += other.take_requests;
+        self.coordinator_messages += other.coordinator_messages;
+        self.messages_lost += other.messages_lost;
+        self.messages_duplicated += other.messages_duplicated;
+        self.borrows_lent += other.borrows_lent;
+        self.borrows_refused += other.borrows_refused;
+        self.borrows_unanswered += other.borrows_unanswered;
+        self.borrows_unsettled += other.borrows_unsettled;
+        self.end_ms = self.end_ms.max(other.end_ms);
+        self.events += other.events;
+        self.skus += other.skus;
+        let per_sale = |n: u64| match self.sold_units {
+            0 => 0.0,
+            sold => n as f64 / sold as f64,
+        };
+        self.messages_per_sale = per_sale(self.coordinator_messages);
+        self.takes_per_sale = per_sale(self.take_requests);
+    }
+
     /// Share of holds, all regions, decided without a round trip (`None` without holds).
     pub fn holds_under_rtt_share(&self) -> Option<f64> {
         share(self.holds_under_rtt, self.hold_wait.count)
@@ -442,6 +534,40 @@ impl Recorder {
     /// Percentile curve of HELD latency over all regions.
     pub fn held_curve(&self) -> Vec<(f64, u64)> {
         curve(&self.held_all)
+    }
+
+    /// Adds what `other` recorded, over the same regions (another SKU of
+    /// the same shop): counts and histograms.
+    pub fn absorb(&mut self, other: &Recorder) {
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            c.buyers += o.buyers;
+            c.attempts += o.attempts;
+            c.holds += o.holds;
+            c.sold_out_answers += o.sold_out_answers;
+            c.false_sold_outs += o.false_sold_outs;
+            c.paused_answers += o.paused_answers;
+            c.rejected_answers += o.rejected_answers;
+            c.holds_under_rtt += o.holds_under_rtt;
+            c.borrowed_holds += o.borrowed_holds;
+        }
+        let pairs = [
+            (&mut self.held_latency, &other.held_latency),
+            (&mut self.hold_wait, &other.hold_wait),
+            (&mut self.answer_latency, &other.answer_latency),
+        ];
+        for (mine, theirs) in pairs {
+            for (h, o) in mine.iter_mut().zip(theirs) {
+                h.add(o).expect("histograms of the same bounds add");
+            }
+        }
+        for (h, o) in [
+            (&mut self.held_all, &other.held_all),
+            (&mut self.hold_wait_all, &other.hold_wait_all),
+            (&mut self.answer_all, &other.answer_all),
+        ] {
+            h.add(o).expect("histograms of the same bounds add");
+        }
+        self.false_sold_outs += other.false_sold_outs;
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use escrow_core::UserLimitScope;
 
-use crate::metrics::{LatencySummary, Metrics, RegionMetrics};
+use crate::metrics::{CartMetrics, LatencySummary, Metrics, RegionMetrics};
 use crate::scenario::Scenario;
 use crate::svg::{Axis, Chart, Line};
 
@@ -175,7 +175,79 @@ fn summary_rows(m: &Metrics) -> Vec<Vec<String>> {
             format!("{:.1} / {}", m.end_ms / 1_000.0, m.events),
         ),
     ]);
+    if let Some(c) = &m.carts {
+        rows.extend(cart_rows(m.skus, c));
+    }
     rows
+}
+
+/// The summary's rows on a shop's carts.
+fn cart_rows(skus: u32, c: &CartMetrics) -> Vec<Vec<String>> {
+    let kv = |k: &str, v: String| vec![k.to_owned(), v];
+    vec![
+        kv(
+            "SKUs on sale (figures above: all of them)",
+            skus.to_string(),
+        ),
+        kv("cart buyers", c.buyers.to_string()),
+        kv(
+            "carts held (items in them)",
+            format!("{} ({})", c.held, c.items_held),
+        ),
+        kv(
+            "cart items held per s (to the last cart)",
+            c.items_per_s()
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}")),
+        ),
+        kv(
+            "carts sold / released / expired",
+            format!("{} / {} / {}", c.sold, c.released, c.expired),
+        ),
+        kv(
+            "cart buyers turned away / told an item SOLD_OUT",
+            format!("{} / {}", c.turned_away, c.sold_out_answers),
+        ),
+        kv("cart commits (many carts to one)", c.commits.to_string()),
+        kv("last cart held (s)", secs(c.last_hold_ms)),
+        kv("cart hold wait p50 / p99 / p999 (ms)", lat(&c.hold_wait)),
+        kv(
+            "carts held under rtt (no round trip)",
+            percent_of(c.holds_under_rtt, c.hold_wait.count).map_or_else(
+                || "-".to_owned(),
+                |share| format!("{} of {} ({share})", c.holds_under_rtt, c.hold_wait.count),
+            ),
+        ),
+    ]
+}
+
+/// Header of the per-region table of carts.
+const CART_REGION_HEADER: [&str; 8] = [
+    "region",
+    "rtt (ms)",
+    "cart buyers",
+    "carts HELD",
+    "SOLD_OUT",
+    "PAUSED / rejected",
+    "cart hold wait p50 / p99 / p999 (ms)",
+    "carts under rtt",
+];
+
+fn cart_region_rows(c: &CartMetrics) -> Vec<Vec<String>> {
+    c.regions
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                num(r.rtt_ms),
+                r.buyers.to_string(),
+                r.holds.to_string(),
+                r.sold_out_answers.to_string(),
+                format!("{} / {}", r.paused_answers, r.rejected_answers),
+                lat(&r.hold_wait),
+                percent_of(r.holds_under_rtt, r.hold_wait.count).unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect()
 }
 
 /// The summary's rows on borrowing under a global per-user limit: the
@@ -322,6 +394,10 @@ pub fn summary_table(m: &Metrics) -> String {
     s += &text_table(&["metric", "value"], &summary_rows(m));
     s.push('\n');
     s += &region_table(std::slice::from_ref(m));
+    if let Some(c) = &m.carts {
+        s.push('\n');
+        s += &text_table(&CART_REGION_HEADER, &cart_region_rows(c));
+    }
     s
 }
 
@@ -441,6 +517,10 @@ pub fn write_run_report(
     md += "\n## Per region\n\n";
     let one = std::slice::from_ref(m);
     md += &md_table(&region_header(one), &region_rows(one));
+    if let Some(c) = &m.carts {
+        md += "\n## Carts per region\n\n";
+        md += &md_table(&CART_REGION_HEADER, &cart_region_rows(c));
+    }
     md += "\n## Available per region over time\n\n![available](available.svg)\n\n";
     md += "## HELD latency distribution\n\n![latency](latency.svg)\n\n";
     md += "## False sold-outs over time\n\n![false sold-outs](false_sold_outs.svg)\n";

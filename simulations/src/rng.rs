@@ -20,6 +20,12 @@ pub mod streams {
     pub const PHASE: u64 = 4;
     /// Swarm configuration.
     pub const SWARM: u64 = 5;
+    /// The seed of a shop's SKU (indexed by SKU).
+    pub const SKU: u64 = 6;
+    /// Cart buyers' arrivals.
+    pub const CARTS: u64 = 7;
+    /// One cart buyer's items and behaviour (indexed by cart buyer).
+    pub const CART: u64 = 8;
 }
 
 fn splitmix64(state: &mut u64) -> u64 {

@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::metrics::Metrics;
 use crate::scenario::Scenario;
+use crate::shop::Shop;
 use crate::world::{Violation, World};
 
 /// Why a run produced no metrics.
@@ -94,6 +95,9 @@ pub fn run(
 ) -> Result<RunOutput, RunError> {
     let started = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<Metrics, RunError> {
+        if scenario.carts.is_some() {
+            return run_shop(scenario, policy, seed, progress);
+        }
         let mut w = World::new(scenario, policy, seed).map_err(RunError::Setup)?;
         let max_us = w.sale_start_us() + (scenario.run.max_s * 1e6) as u64;
         w.run_until(World::quiet, max_us, progress)?;
@@ -115,6 +119,22 @@ pub fn run(
         metrics,
         wall: started.elapsed(),
     })
+}
+
+/// Runs a scenario with carts: its SKUs' worlds and its cart buyers.
+fn run_shop(
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+    progress: Option<&ProgressBar>,
+) -> Result<Metrics, RunError> {
+    let mut shop = Shop::new(scenario, policy, seed).map_err(RunError::Setup)?;
+    let max_us = shop.sale_start_us() + (scenario.run.max_s * 1e6) as u64;
+    shop.run_until(Shop::quiet, max_us, progress)?;
+    let end = (shop.now_us() + scenario.run.settle_ms * 1_000).min(max_us);
+    shop.run_until(|_| false, end, progress)?;
+    shop.check_books()?;
+    Ok(shop.finish(end))
 }
 
 /// Runs every (policy, seed) pair on up to `threads` threads; results come

@@ -5,7 +5,8 @@
 //! buyer behaviour, message faults, partitions, outages, crashes, timings)
 //! and its own policy and policy settings, and some a global per-user
 //! limit (buyers borrowing their place from their home region, some users
-//! coming back in other regions), so many seeds explore far more of the
+//! coming back in other regions) and some a shop of several SKUs with
+//! buyers checking out carts of them, so many seeds explore far more of the
 //! space than hand-written scenarios. During the safety phase the
 //! world checks every safety property after every event. Then every fault
 //! ends and the liveness phase runs until everything converges: every
@@ -25,6 +26,7 @@ use crate::policies::POLICY_NAMES;
 use crate::rng::{streams, Rng};
 use crate::run::panic_message;
 use crate::scenario::*;
+use crate::shop::Shop;
 use crate::world::World;
 
 /// Extra simulated time after demand ends during which faults may still act.
@@ -212,6 +214,7 @@ pub fn case(seed: u64) -> SwarmCase {
             retries: g.range(0, 5) as u32,
             ..BuyerConfig::default()
         },
+        carts: None,
         agent: AgentConfig {
             sync_interval_ms,
             client_timeout_ms: (rtt_max as u64) * 2 + g.range(50, 2_000),
@@ -243,6 +246,17 @@ pub fn case(seed: u64) -> SwarmCase {
             scenario.buyers.users_max = (buyers / 2).max(1);
         }
     }
+    // Drawn after the limit, so each seed draws what it drew before carts
+    // existed; carts come with the per-region limit only.
+    if scenario.sku.user_limit_scope == UserLimitScope::Region && g.chance(0.25) {
+        let skus = g.range(2, 5) as u32;
+        let least = g.range(1, u64::from(skus)) as u32;
+        scenario.carts = Some(CartConfig {
+            skus,
+            share: g.range_f64(0.05, 0.6),
+            items: [least, g.range(u64::from(least), u64::from(skus)) as u32],
+        });
+    }
     SwarmCase {
         seed,
         scenario,
@@ -264,14 +278,14 @@ pub fn check_seed(seed: u64) -> Result<SwarmPass, SwarmFailure> {
     }
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<SwarmPass, SwarmFailure> {
         let s = &c.scenario;
+        if s.carts.is_some() {
+            return check_shop(s, c.policy, seed).map_err(|(phase, what)| fail(phase, what));
+        }
         let mut w = World::new(s, c.policy, seed).map_err(|e| fail("setup", e))?;
-        let safety_end = w.sale_start_us() + ((s.demand.duration_s + SAFETY_TAIL_S) * 1e6) as u64;
-        w.run_until(|_| false, safety_end, None)
+        w.run_until(|_| false, safety_end_us(s, w.sale_start_us()), None)
             .map_err(|v| fail("safety", v.to_string()))?;
         w.heal();
-        let budget_s = LIVENESS_BUDGET_S
-            + 3.0 * s.sku.hold_ttl_ms as f64 / 1_000.0
-            + s.buyers.confirm_delay_ms[1] as f64 / 1_000.0;
+        let budget_s = liveness_budget_s(s);
         let deadline = w.now_us() + (budget_s * 1e6) as u64;
         let converged = w
             .run_until(World::converged, deadline, None)
@@ -303,6 +317,49 @@ pub fn check_seed(seed: u64) -> Result<SwarmPass, SwarmFailure> {
             format!("panicked: {}", panic_message(payload.as_ref())),
         )),
     }
+}
+
+/// When the safety phase ends: demand over, plus faults' extra time.
+fn safety_end_us(s: &Scenario, sale_start_us: u64) -> u64 {
+    sale_start_us + ((s.demand.duration_s + SAFETY_TAIL_S) * 1e6) as u64
+}
+
+/// How long the liveness phase may take to converge, s.
+fn liveness_budget_s(s: &Scenario) -> f64 {
+    LIVENESS_BUDGET_S
+        + 3.0 * s.sku.hold_ttl_ms as f64 / 1_000.0
+        + s.buyers.confirm_delay_ms[1] as f64 / 1_000.0
+}
+
+/// One seed whose scenario has carts: the same two phases over its shop.
+fn check_shop(s: &Scenario, policy: &str, seed: u64) -> Result<SwarmPass, (&'static str, String)> {
+    let mut shop = Shop::new(s, policy, seed).map_err(|e| ("setup", e))?;
+    let safety_end = safety_end_us(s, shop.sale_start_us());
+    shop.run_until(|_| false, safety_end, None)
+        .map_err(|v| ("safety", v.to_string()))?;
+    shop.heal();
+    let budget_s = liveness_budget_s(s);
+    let deadline = shop.now_us() + (budget_s * 1e6) as u64;
+    let converged = shop
+        .run_until(Shop::converged, deadline, None)
+        .map_err(|v| ("liveness", v.to_string()))?;
+    if !converged {
+        return Err((
+            "liveness",
+            format!(
+                "no convergence of the shop within {budget_s:.0} s after faults stopped: quiet {}",
+                shop.quiet()
+            ),
+        ));
+    }
+    shop.check_books()
+        .map_err(|v| ("liveness", v.to_string()))?;
+    let sold = shop.units_taken();
+    let metrics = shop.finish(0);
+    Ok(SwarmPass {
+        events: metrics.events,
+        sold,
+    })
 }
 
 /// Result of a swarm.

@@ -35,7 +35,8 @@ pub enum Answer {
 }
 
 impl Answer {
-    fn of(reply: &ReserveReply) -> Self {
+    /// The answer a buyer hears for the owner's `reply`.
+    pub fn of(reply: &ReserveReply) -> Self {
         match reply {
             ReserveReply::Held(_) => Answer::Held,
             ReserveReply::Replay(_) => Answer::Replay,
@@ -208,6 +209,17 @@ impl Agent {
     pub(super) fn deliver(&mut self, now_us: u64, out: &mut Vec<Effect>) {
         while let Some((t, reply)) = self.owner.poll_reply() {
             self.waiting.remove(&t);
+            if super::carts::cart_attempt(t).is_some() {
+                let Reply::Reserve(reply) = reply else {
+                    unreachable!("a cart item is answered as a reserve: {reply:?}")
+                };
+                out.push(Effect::CartItem {
+                    ticket: t,
+                    at_us: now_us,
+                    reply,
+                });
+                continue;
+            }
             let (buyer, action) = decode(t);
             match (reply, action) {
                 (Reply::Reserve(reply), None) => {

@@ -1,7 +1,7 @@
 //! What an agent asks of the world: answers to buyers, messages to the
 //! coordinator, commits and timers, each at a simulated time.
 
-use escrow_core::owner::ActReply;
+use escrow_core::owner::{ActReply, ReserveReply, Ticket};
 
 use super::{Answer, BuyerAction};
 use crate::network::Envelope;
@@ -58,6 +58,15 @@ pub enum Effect {
         action: BuyerAction,
         /// The answer.
         reply: ActReply,
+    },
+    /// Answer the cart that asked for an item's units to be set aside.
+    CartItem {
+        /// The cart attempt's ticket ([`super::cart_ticket`]).
+        ticket: Ticket,
+        /// When the answer reaches the cart.
+        at_us: u64,
+        /// The owner's answer: `Held` is units set aside, not written.
+        reply: ReserveReply,
     },
     /// Send a message to the coordinator.
     Send {

@@ -27,6 +27,7 @@
 
 mod borrows;
 mod buyers;
+mod carts;
 mod effects;
 mod link;
 
@@ -34,7 +35,8 @@ use std::collections::{HashSet, VecDeque};
 
 use escrow_core::batch::{Batch, SkuRecord};
 use escrow_core::owner::{
-    ActReply, Command, Io, OwnerConfig, PauseReason, SkuOwner, Ticket, SWEEP_INTERVAL_MS,
+    ActReply, Command, Io, OwnerConfig, PauseReason, ReserveReply, SkuOwner, Ticket,
+    SWEEP_INTERVAL_MS,
 };
 use escrow_core::protocol::{SkuDirective, TransferMsg};
 use escrow_core::{
@@ -49,6 +51,7 @@ use buyers::{command_ticket, decode, reserve_ticket};
 use link::SyncCall;
 
 pub use buyers::{Answer, BuyerAction};
+pub use carts::{cart_attempt, cart_ticket};
 pub use effects::{Effect, Timer};
 
 /// Milliseconds since the Unix epoch at simulated time zero: escrow-core
@@ -360,6 +363,14 @@ impl Agent {
         lost.extend(self.buyers_borrowing().map(reserve_ticket));
         lost.sort_unstable();
         for t in lost {
+            if carts::cart_attempt(t).is_some() {
+                out.push(Effect::CartItem {
+                    ticket: t,
+                    at_us: now_us,
+                    reply: ReserveReply::Paused(PauseReason::Halted),
+                });
+                continue;
+            }
             let (buyer, action) = decode(t);
             out.push(match action {
                 None => Effect::Answer {

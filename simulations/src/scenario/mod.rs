@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use policy_settings::{PolicySettings, ProportionalSettings, RefillConfig, TailMergeConfig};
-pub use sale::{BotBurst, BuyerConfig, DemandConfig, RegionConfig, SkuConfig, UserIds};
+pub use sale::{BotBurst, BuyerConfig, CartConfig, DemandConfig, RegionConfig, SkuConfig, UserIds};
 pub use system::{AgentConfig, CoordinatorConfig, FaultConfig, FaultKind, NetworkConfig};
 
 /// The standard scenarios, compiled in so `simulate run flash-1m` works from any directory.
@@ -79,6 +79,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "dist-global-named",
         include_str!("../../scenarios/dist-global-named.toml"),
     ),
+    (
+        "dist-carts",
+        include_str!("../../scenarios/dist-carts.toml"),
+    ),
 ];
 
 /// Why a scenario could not be used.
@@ -119,6 +123,9 @@ pub struct Scenario {
     /// What buyers do after they arrive.
     #[serde(default)]
     pub buyers: BuyerConfig,
+    /// Several SKUs, and buyers checking out carts of them (none: one SKU).
+    #[serde(default)]
+    pub carts: Option<CartConfig>,
     /// Region agents' timings and bounds.
     #[serde(default)]
     pub agent: AgentConfig,
@@ -269,6 +276,22 @@ impl Scenario {
             // A named id names the region bought in: the same user number
             // in two regions would be two users.
             return bad("users_max needs hashed user ids".into());
+        }
+        if let Some(c) = &self.carts {
+            let [least, most] = c.items;
+            if !(1 <= least && least <= most && most <= c.skus) {
+                return bad("carts need 1 <= items[0] <= items[1] <= skus".into());
+            }
+            if c.skus as usize > escrow_core::cart::ITEMS_MAX || !share(c.share) {
+                return bad(format!(
+                    "carts need at most {} SKUs and a share in 0..=1",
+                    escrow_core::cart::ITEMS_MAX
+                ));
+            }
+            if self.sku.user_limit_scope == escrow_core::UserLimitScope::Global {
+                // A cart's borrows are not simulated (docs/simulations.md).
+                return bad("carts need the per-region user limit".into());
+            }
         }
         let a = &self.agent;
         if a.sync_interval_ms == 0

@@ -87,6 +87,25 @@ fn default_base_share() -> f64 {
     0.2
 }
 
+/// Carts: a shop of several SKUs, each like `[sku]`, where a share of
+/// the buyers checks out a cart of some of them, held all or nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CartConfig {
+    /// SKUs on sale, each with `[sku]`'s total and settings.
+    pub skus: u32,
+    /// Share of `demand.buyers` that check out a cart; the others buy
+    /// one SKU each, spread evenly over the SKUs.
+    pub share: f64,
+    /// Distinct SKUs in one cart, uniform in this range.
+    #[serde(default = "default_cart_items")]
+    pub items: [u32; 2],
+}
+
+fn default_cart_items() -> [u32; 2] {
+    [2, 4]
+}
+
 /// A burst of bots in one region: each retries on any answer but HELD.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -37,7 +37,7 @@ impl World {
 
     pub(super) fn choices(&self, b: u32) -> crate::demand::Choices {
         choices(
-            self.seed,
+            self.stream_seed,
             b,
             &self.scenario.buyers,
             self.scenario.sku.max_per_user,

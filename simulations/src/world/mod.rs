@@ -22,11 +22,12 @@
 //! - `sampling`: the time series for the reports.
 
 mod buyers;
+mod carts;
 mod faults;
 mod safety;
 mod sampling;
 
-use escrow_core::owner::{ActReply, SWEEP_INTERVAL_MS};
+use escrow_core::owner::{ActReply, ReserveReply, Ticket, SWEEP_INTERVAL_MS};
 use escrow_core::{RegionName, Sku, SkuSettings, Status, Tenant};
 use indicatif::ProgressBar;
 
@@ -48,6 +49,14 @@ const SAMPLE_FIRST_MS: f64 = 10.0;
 const SAMPLE_FACTOR: f64 = 1.04;
 /// Events between progress bar updates.
 const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// The name of a shop's SKU number `index`: `sku`, `sku1`, `sku2`, ...
+pub fn sku_name(index: u32) -> String {
+    match index {
+        0 => "sku".to_owned(),
+        k => format!("sku{k}"),
+    }
+}
 
 /// A broken safety property: the run stops and names its seed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +129,9 @@ impl Census {
 pub struct World {
     scenario: Scenario,
     seed: u64,
+    /// The seed of this world's own streams (arrivals, choices, network):
+    /// the run's seed, or one drawn from it for each SKU of a shop.
+    stream_seed: u64,
     now_us: u64,
     sale_start_us: u64,
     queue: EventQueue<Event>,
@@ -158,12 +170,29 @@ pub struct World {
     users_checked_at: u64,
     events: u64,
     next_sample_ms: f64,
+    /// Answers to carts' items, for the shop to collect.
+    cart_replies: Vec<(Ticket, u64, ReserveReply)>,
 }
 
 impl World {
     /// A world ready to run `scenario` under `policy` with `seed`.
     pub fn new(scenario: &Scenario, policy: &str, seed: u64) -> Result<Self, String> {
+        Self::for_sku(scenario, policy, seed, 0)
+    }
+
+    /// The world of a shop's SKU number `index` (0 is [`World::new`]'s):
+    /// its own name, arrivals, buyers' choices and network streams.
+    pub fn for_sku(
+        scenario: &Scenario,
+        policy: &str,
+        seed: u64,
+        index: u32,
+    ) -> Result<Self, String> {
         let s = scenario;
+        let stream_seed = match index {
+            0 => seed,
+            k => Rng::stream(seed, streams::SKU, u64::from(k)).next_u64(),
+        };
         let policy_box = policies::build(policy, &s.policies, s.agent.sync_interval_ms)
             .ok_or_else(|| {
                 format!(
@@ -178,7 +207,7 @@ impl World {
         .map_err(|e| e.to_string())?
         .with_scope(s.sku.user_limit_scope);
         let tenant = Tenant::parse("sim").expect("a fixed valid name");
-        let sku = Sku::parse("sku").expect("a fixed valid name");
+        let sku = Sku::parse(&sku_name(index)).expect("sku and digits make a valid name");
         let names = s
             .regions
             .iter()
@@ -226,13 +255,14 @@ impl World {
             .collect::<Vec<_>>();
         let mut w = World {
             seed,
+            stream_seed,
             now_us: 0,
             sale_start_us,
             queue: EventQueue::default(),
             agents,
             coordinator,
-            network: Network::new(s, Rng::stream(seed, streams::NETWORK, 0)),
-            demand: Demand::new(s, seed, sale_start_us),
+            network: Network::new(s, Rng::stream(stream_seed, streams::NETWORK, 0)),
+            demand: Demand::new(s, stream_seed, sale_start_us),
             buyers: Vec::new(),
             rec: Recorder::new(
                 s.regions
@@ -262,12 +292,13 @@ impl World {
             users_checked_at: 0,
             events: 0,
             next_sample_ms: SAMPLE_FIRST_MS,
+            cart_replies: Vec::new(),
             scenario: s.clone(),
         };
         if s.demand.buyers > 0 {
             w.buyers.reserve(w.demand.total as usize);
         }
-        let mut phase = Rng::stream(seed, streams::PHASE, 0);
+        let mut phase = Rng::stream(stream_seed, streams::PHASE, 0);
         let sync_us = s.agent.sync_interval_ms * 1_000;
         let tick_us = SWEEP_INTERVAL_MS * 1_000;
         for a in &w.agents {
@@ -427,6 +458,11 @@ impl World {
                     reply,
                     ..
                 } => self.on_acted(buyer, action, reply),
+                Effect::CartItem {
+                    ticket,
+                    at_us,
+                    reply,
+                } => self.cart_replies.push((ticket, at_us, reply)),
                 Effect::Send { at_us, envelope } => self.send(at_us, envelope),
                 Effect::Commit {
                     region,
@@ -641,6 +677,8 @@ impl World {
             series: std::mem::take(&mut self.rec.series),
             end_ms: self.ms_after_start(self.now_us),
             events: self.events,
+            skus: 1,
+            carts: None,
         }
     }
 }
