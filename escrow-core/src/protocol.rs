@@ -29,6 +29,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{RegionName, Sku, Tenant, TransferId, UserId};
+use crate::ledger::Ledger;
 use crate::policy::Mode;
 use crate::user_limit::UserLimitScope;
 
@@ -92,6 +93,30 @@ pub struct SkuReport {
 }
 
 impl SkuReport {
+    /// The report of a SKU whose stored counters are `stored` while its
+    /// owner has `set_aside` units set aside for carts not yet written:
+    /// those count as held, not available. They are no longer free (no
+    /// return may give them away), and a coordinator that counted them
+    /// free would keep other regions' buyers waiting for units that are
+    /// not coming. The sum the audit adds up is the stored one.
+    pub fn of(
+        tenant: Tenant,
+        sku: Sku,
+        stored: Ledger,
+        set_aside: u64,
+        sale_rate_per_s: f64,
+    ) -> Self {
+        let aside = set_aside.min(stored.available);
+        Self {
+            tenant,
+            sku,
+            available: stored.available - aside,
+            held: stored.held + aside,
+            sold: stored.sold,
+            sale_rate_per_s,
+        }
+    }
+
     /// Whether this report tells the coordinator something `sent` (the last
     /// report of the same SKU it answered) did not: other counters, or a
     /// sale rate that moved by more than a tenth and more than
@@ -426,6 +451,36 @@ mod tests {
         assert!(report(3, 1.2).differs_from(&report(3, 1.0)));
         assert!(!report(3, 0.04).differs_from(&report(3, 0.0)));
         assert!(report(3, 0.0).differs_from(&report(3, 0.5)));
+    }
+
+    /// Goal: units set aside for carts are reported held, never more than
+    /// are stored available, and the report adds up to the stored counters.
+    #[test]
+    fn units_set_aside_are_reported_held() {
+        let stored = Ledger {
+            available: 5,
+            held: 2,
+            sold: 3,
+            received: 10,
+            returned: 0,
+        };
+        let of = |aside| {
+            SkuReport::of(
+                report(0, 0.0).tenant,
+                report(0, 0.0).sku,
+                stored,
+                aside,
+                1.5,
+            )
+        };
+        let r = of(2);
+        assert_eq!(
+            (r.available, r.held, r.sold, r.sale_rate_per_s),
+            (3, 4, 3, 1.5)
+        );
+        let r = of(9);
+        assert_eq!((r.available, r.held), (0, 7));
+        assert_eq!((of(0).available, of(0).held), (5, 2));
     }
 
     /// Goal: a sync request from an agent that does not send `full` is

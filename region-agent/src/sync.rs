@@ -68,16 +68,15 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
         let all = snapshot
             .skus
             .iter()
-            .map(|(tenant, sku, ledger)| SkuReport {
-                tenant: tenant.clone(),
-                sku: sku.clone(),
-                available: ledger.available,
-                held: ledger.held,
-                sold: ledger.sold,
-                sale_rate_per_s: state
-                    .registry()
-                    .get(tenant, sku)
-                    .map_or(0.0, |h| h.view.sale_rate_per_s()),
+            .map(|(tenant, sku, ledger)| {
+                let view = state.registry().get(tenant, sku).map(|h| h.view);
+                SkuReport::of(
+                    tenant.clone(),
+                    sku.clone(),
+                    *ledger,
+                    view.as_ref().map_or(0, |v| v.units_set_aside()),
+                    view.as_ref().map_or(0.0, |v| v.sale_rate_per_s()),
+                )
             })
             .collect();
         let (skus, full) = reports.to_send(all, &snapshot.pending_returns);

@@ -285,6 +285,12 @@ impl SkuOwner {
         self.reported_rate_per_s
     }
 
+    /// Units set aside for carts whose commit has not ended: out of
+    /// `available` in memory, not yet written.
+    pub fn units_set_aside(&self) -> u64 {
+        self.aside.values().map(|hold| hold.qty.units()).sum()
+    }
+
     /// While a take is out, the earliest deadline (ms) of the requests in
     /// the batch that waits for it. The driver gives up on the take then,
     /// as on a coordinator that cannot be reached, so a coordinator that

@@ -30,6 +30,7 @@ pub struct SkuView {
     coordinated: AtomicBool,
     sold_out_everywhere: AtomicBool,
     rate_bits: AtomicU64,
+    set_aside: AtomicU64,
 }
 
 /// A point-in-time copy of a [`SkuView`].
@@ -73,6 +74,7 @@ impl SkuView {
             coordinated: AtomicBool::new(false),
             sold_out_everywhere: AtomicBool::new(false),
             rate_bits: AtomicU64::new(0),
+            set_aside: AtomicU64::new(0),
         }
     }
 
@@ -101,6 +103,8 @@ impl SkuView {
             .store(owner.is_sold_out_everywhere(), Ordering::Release);
         self.rate_bits
             .store(owner.sale_rate_per_s().to_bits(), Ordering::Release);
+        self.set_aside
+            .store(owner.units_set_aside(), Ordering::Release);
     }
 
     /// Marks the SKU halted (its owner stopped).
@@ -134,6 +138,12 @@ impl SkuView {
     /// Units held per second, recently.
     pub fn sale_rate_per_s(&self) -> f64 {
         f64::from_bits(self.rate_bits.load(Ordering::Acquire))
+    }
+
+    /// Units set aside for carts not yet written, as of the last batch
+    /// or cart end.
+    pub fn units_set_aside(&self) -> u64 {
+        self.set_aside.load(Ordering::Acquire)
     }
 
     /// Units available now, as of the last commit.

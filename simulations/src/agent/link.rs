@@ -98,15 +98,13 @@ impl Agent {
         self.call_seq += 1;
         self.sync_seq += 1;
         let call = self.call_seq;
-        let l = self.db.book.ledger;
-        let all = vec![SkuReport {
-            tenant: self.tenant.clone(),
-            sku: self.db.book.sku.clone(),
-            available: l.available,
-            held: l.held,
-            sold: l.sold,
-            sale_rate_per_s: self.owner.sale_rate_per_s(),
-        }];
+        let all = vec![SkuReport::of(
+            self.tenant.clone(),
+            self.db.book.sku.clone(),
+            self.db.book.ledger,
+            self.owner.units_set_aside(),
+            self.owner.sale_rate_per_s(),
+        )];
         let returns: Vec<TransferMsg> = self
             .db
             .returns
