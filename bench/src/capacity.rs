@@ -159,6 +159,7 @@ impl Agent {
                 held: 0,
                 sold: self.sold[i],
                 sale_rate_per_s: 0.0,
+                set_aside: 0,
             })
             .collect();
         let (skus, full) = self.reports.to_send(all, &[]);

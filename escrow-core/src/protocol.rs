@@ -90,15 +90,22 @@ pub struct SkuReport {
     pub sold: u64,
     /// Units per second recently held (demand the region met).
     pub sale_rate_per_s: f64,
+    /// Of `held`, units set aside for carts whose commit has not ended:
+    /// they may come back. While any region has some, the SKU is not sold
+    /// out everywhere. 0 from agents that do not send it.
+    #[serde(default)]
+    pub set_aside: u64,
 }
 
 impl SkuReport {
     /// The report of a SKU whose stored counters are `stored` while its
     /// owner has `set_aside` units set aside for carts not yet written:
-    /// those count as held, not available. They are no longer free (no
-    /// return may give them away), and a coordinator that counted them
-    /// free would keep other regions' buyers waiting for units that are
-    /// not coming. The sum the audit adds up is the stored one.
+    /// those count as held, not available, and are named as set aside.
+    /// They are not free (no return may give them away, and a coordinator
+    /// that counted them free would keep other regions' buyers waiting
+    /// for units that are not coming), but not gone either (a cart that
+    /// cannot be held lets them go), so nobody may be told sold out while
+    /// they are out. The sum the audit adds up is the stored one.
     pub fn of(
         tenant: Tenant,
         sku: Sku,
@@ -114,6 +121,7 @@ impl SkuReport {
             held: stored.held + aside,
             sold: stored.sold,
             sale_rate_per_s,
+            set_aside: aside,
         }
     }
 
@@ -125,7 +133,8 @@ impl SkuReport {
     pub fn differs_from(&self, sent: &SkuReport) -> bool {
         let (now, then) = (self.sale_rate_per_s, sent.sale_rate_per_s);
         let moved = (now - then).abs();
-        (self.available, self.held, self.sold) != (sent.available, sent.held, sent.sold)
+        let counters = |r: &SkuReport| (r.available, r.held, r.sold, r.set_aside);
+        counters(self) != counters(sent)
             || (moved > RATE_CHANGE_MIN_PER_S && moved > 0.1 * now.max(then))
     }
 }
@@ -438,6 +447,7 @@ mod tests {
             held: 0,
             sold: 0,
             sale_rate_per_s,
+            set_aside: 0,
         }
     }
 

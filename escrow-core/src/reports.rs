@@ -98,6 +98,7 @@ mod tests {
             held: 0,
             sold: 0,
             sale_rate_per_s: 0.0,
+            set_aside: 0,
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Every decision about a cart's units is its items' owners': each sets
 //! its item's units aside in memory, deciding as for a reservation (the
-//! gate, first fit, a wait for units from elsewhere). Only once every item
+//! gate, first fit, a wait for units from elsewhere), one item after the
+//! other in SKU order. Only once every item
 //! is set aside is the cart written, in one transaction of its own
 //! ([`crate::cart_committer`], many carts to a transaction); each owner
 //! is then told how it ended
@@ -272,8 +273,12 @@ async fn borrow_places(
     }
 }
 
-/// Sets the cart's items aside with their owners and writes the cart,
-/// its items holding on `borrows` where they borrowed.
+/// Sets the cart's items aside with their owners, one at a time in SKU
+/// order (the next once the one before is set aside), and writes the
+/// cart, its items holding on `borrows` where they borrowed. In order,
+/// a cart waits for an item only while it holds items of lower SKUs, so
+/// two carts never wait for each other's units; a refused item ends the
+/// attempt at once.
 async fn hold_items(
     state: &AppState,
     tenant: &Tenant,
@@ -283,7 +288,7 @@ async fn hold_items(
     let (state, tenant) = (state.clone(), tenant.clone());
     let now_ms = state.now_ms();
     let deadline = Deadline::after(now_ms, state.wait_timeout_ms());
-    let mut answers = Vec::with_capacity(request.items.len());
+    let mut replies = Vec::with_capacity(request.items.len());
     for item in &request.items {
         let (tx, rx) = oneshot::channel();
         let set_aside = ReserveRequest {
@@ -299,16 +304,17 @@ async fn hold_items(
                 .try_send(Command::SetAside(set_aside, deadline, tx))
                 .is_ok()
         });
-        answers.push((queued == Some(true)).then_some(rx));
-    }
-    let mut replies = Vec::with_capacity(answers.len());
-    for answer in answers {
-        replies.push(match answer {
-            Some(rx) => rx
+        let reply = match queued {
+            Some(true) => rx
                 .await
                 .unwrap_or(ReserveReply::Paused(PauseReason::Halted)),
-            None => ReserveReply::QueueFull,
-        });
+            _ => ReserveReply::QueueFull,
+        };
+        let refused = !matches!(reply, ReserveReply::Held(_));
+        replies.push(reply);
+        if refused {
+            break;
+        }
     }
     let set_aside: Vec<bool> = replies
         .iter()

@@ -629,7 +629,53 @@ pub fn compare_table(results: &[(String, Vec<Metrics>)]) -> String {
         .iter()
         .map(|(p, runs)| compare_row(p, runs))
         .collect();
-    md_table(&COMPARE_HEADER, &rows)
+    let mut table = md_table(&COMPARE_HEADER, &rows);
+    let carts: Vec<Vec<String>> = results
+        .iter()
+        .filter_map(|(p, runs)| cart_compare_row(p, runs))
+        .collect();
+    if !carts.is_empty() {
+        table += "\nCarts (means over the seeds):\n\n";
+        table += &md_table(&CART_COMPARE_HEADER, &carts);
+    }
+    table
+}
+
+/// Header of the comparison of a shop's carts.
+const CART_COMPARE_HEADER: [&str; 6] = [
+    "policy",
+    "carts held",
+    "items held",
+    "cart items held per s",
+    "cart hold wait p50 / p99 / p999 (ms)",
+    "carts under rtt",
+];
+
+/// A policy's carts averaged over seeds, if its runs had carts.
+fn cart_compare_row(policy: &str, runs: &[Metrics]) -> Option<Vec<String>> {
+    let carts: Vec<&CartMetrics> = runs.iter().filter_map(|m| m.carts.as_ref()).collect();
+    if carts.is_empty() {
+        return None;
+    }
+    let avg = |f: &dyn Fn(&CartMetrics) -> f64| num(mean(carts.iter().map(|c| f(c))));
+    let p = |q: fn(&LatencySummary) -> u64| {
+        ms(mean(carts.iter().map(|c| q(&c.hold_wait) as f64)) as u64)
+    };
+    let under: u64 = carts.iter().map(|c| c.holds_under_rtt).sum();
+    let held: u64 = carts.iter().map(|c| c.hold_wait.count).sum();
+    Some(vec![
+        policy.to_owned(),
+        avg(&|c| c.held as f64),
+        avg(&|c| c.items_held as f64),
+        avg(&|c| c.items_per_s().unwrap_or(0.0)),
+        format!(
+            "{} / {} / {}",
+            p(|l| l.p50_us),
+            p(|l| l.p99_us),
+            p(|l| l.p999_us)
+        ),
+        percent_of(under, held).unwrap_or_else(|| "-".to_owned()),
+    ])
 }
 
 /// Writes `compare.md` and its plots into `dir`; returns the comparison table.

@@ -76,26 +76,28 @@ fn a_shop_at_a_distance_holds_carts_whole() {
     }
 }
 
-/// Goal: carts of four items do not hold single buyers up at the end:
-/// units set aside for a cart are reported held, so the coordinator
-/// never counts them free and no buyer waits out its queue wait for
-/// them (reported available, 898 buyers were refused after 2 s and the
-/// sell-out came at 6.5 s instead of 1.9 s).
+/// Goal: carts of four items neither keep single buyers waiting out
+/// their queue wait nor send them away while units may come back: a
+/// cart asks its items in SKU order (no two carts wait for each other's
+/// units), and units set aside are reported held and named set aside
+/// (not free, not gone). Asked all at once and reported available, 898
+/// buyers were refused after 2 s and the sell-out came at 6.5 s;
+/// reported only as held, buyers were told sold out while carts still
+/// had units aside.
 #[test]
 fn carts_of_many_items_keep_nobody_waiting_for_units_set_aside() {
     let mut s = Scenario::load("dist-carts").unwrap();
     s.carts.as_mut().unwrap().items = [4, 4];
     let m = run(&s, "tail-merge", 1, None).unwrap().metrics;
-    assert_eq!(m.rejected_answers, 0, "single buyers refused after waiting");
+    let c = carts_of(&m);
+    let carts_refused: u64 = c.regions.iter().map(|r| r.rejected_answers).sum();
     assert_eq!(
-        carts_of(&m)
-            .regions
-            .iter()
-            .map(|r| r.rejected_answers)
-            .sum::<u64>(),
-        0
+        (m.rejected_answers, carts_refused),
+        (0, 0),
+        "refused after waiting"
     );
-    assert!(m.sell_out_ms.unwrap() < 2_500.0, "{:?}", m.sell_out_ms);
+    assert_eq!((m.false_sold_outs, m.turned_away_while_free), (0, 0));
+    assert!(m.sell_out_ms.unwrap() < 3_000.0, "{:?}", m.sell_out_ms);
     assert_settled(&m);
 }
 

@@ -133,7 +133,7 @@ const SKU_COLUMNS: &str = "s.tenant, s.sku, s.total, s.pool, s.mode, s.paused, s
 const REGION_COLUMNS: &str = "r.tenant, r.sku, r.region, r.weight, r.leased, r.returned,
                               r.recall_pending, r.reported_available, r.reported_held,
                               r.reported_sold, r.sale_rate_per_s, r.reported_at, r.report_epoch,
-                              r.report_seq, COALESCE(g.rtt_ms, 0) AS rtt_ms";
+                              r.report_seq, r.reported_set_aside, COALESCE(g.rtt_ms, 0) AS rtt_ms";
 
 /// Loads one SKU with its regions and pending grants.
 pub(super) async fn load(
@@ -352,6 +352,7 @@ fn region_of(row: &Row) -> Result<RegionAllocation, StoreError> {
             held: count(row.try_get("reported_held")?, "reported_held")?,
             sold: count(row.try_get("reported_sold")?, "reported_sold")?,
             sale_rate_per_s: row.try_get("sale_rate_per_s")?,
+            set_aside: count(row.try_get("reported_set_aside")?, "reported_set_aside")?,
         },
         reported_at_ms: reported_at.map(millis).transpose()?,
         rtt_ms: count(row.try_get("rtt_ms")?, "rtt_ms")?,
@@ -506,18 +507,19 @@ async fn save_region(
         None => {
             "INSERT INTO sku_regions (tenant, sku, region, weight, leased, returned, recall_pending,
                     reported_available, reported_held, reported_sold, sale_rate_per_s, reported_at,
-                    report_epoch, report_seq)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                    report_epoch, report_seq, reported_set_aside)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
              ON CONFLICT DO NOTHING"
         }
         Some(before) if unchanged(before, after) => return Ok(()),
         Some(_) => {
             "UPDATE sku_regions SET weight = $4, leased = $5, returned = $6, recall_pending = $7,
                     reported_available = $8, reported_held = $9, reported_sold = $10,
-                    sale_rate_per_s = $11, reported_at = $12, report_epoch = $13, report_seq = $14
+                    sale_rate_per_s = $11, reported_at = $12, report_epoch = $13, report_seq = $14,
+                    reported_set_aside = $15
              WHERE tenant = $1 AND sku = $2 AND region = $3
-               AND leased = $15 AND returned = $16 AND recall_pending = $17
-               AND report_epoch = $18 AND report_seq = $19"
+               AND leased = $16 AND returned = $17 AND recall_pending = $18
+               AND report_epoch = $19 AND report_seq = $20"
         }
     };
     let weight = i32::try_from(after.weight)
@@ -536,7 +538,8 @@ async fn save_region(
         .bind(after.report.sale_rate_per_s)
         .bind(after.reported_at_ms.map(timestamp).transpose()?)
         .bind(after.reported_by.0)
-        .bind(stored(after.reported_by.1)?);
+        .bind(stored(after.reported_by.1)?)
+        .bind(stored(after.report.set_aside)?);
     if let Some(before) = before {
         query = query
             .bind(stored(before.leased)?)

@@ -78,6 +78,8 @@ pub struct Report {
     pub sold: u64,
     /// Units per second it recently held; finite and not negative.
     pub sale_rate_per_s: f64,
+    /// Of `held`, units set aside for carts not yet written.
+    pub set_aside: u64,
 }
 
 impl Report {
@@ -234,6 +236,7 @@ impl Allocation {
                     sale_rate_per_s: r.report.sale_rate_per_s,
                     rtt_ms: r.rtt_ms,
                     recall_pending: r.recall_pending,
+                    set_aside: r.report.set_aside,
                 })
                 .collect(),
         }
@@ -242,7 +245,7 @@ impl Allocation {
     /// Whether nothing is free anywhere: not in the pool, in transit, or
     /// available in a region's last report.
     pub fn is_sold_out_everywhere(&self) -> bool {
-        self.policy_view().remainder() == 0
+        crate::policy::is_sold_out_everywhere(&self.policy_view())
     }
 
     /// The directive for `region`: mode, pause, settings, how far to give

@@ -79,6 +79,7 @@ impl Allocation {
             held: report.held,
             sold: report.sold,
             sale_rate_per_s: if rate.is_finite() { rate.max(0.0) } else { 0.0 },
+            set_aside: report.set_aside.min(report.held),
         };
         r.recall_pending = r.recall_pending.min(report.available);
         r.reported_at_ms = Some(now_ms);
@@ -149,6 +150,7 @@ impl Allocation {
             held: r.report.held,
             sold: r.report.sold,
             sale_rate_per_s: r.report.sale_rate_per_s,
+            set_aside: r.report.set_aside,
         };
         let newer = (req.epoch, req.seq) > r.reported_by;
         r.grants.keys().any(|id| req.acks.contains(id))

@@ -73,6 +73,7 @@ fn sync_req(
             held: 0,
             sold: 0,
             sale_rate_per_s: 1.0,
+            set_aside: 0,
         }],
         acks,
         returns,

@@ -79,6 +79,9 @@ pub struct RegionState {
     pub rtt_ms: u64,
     /// Units asked back and not yet returned.
     pub recall_pending: u64,
+    /// Units it set aside for carts not yet written (reported): not
+    /// free, but they may come back.
+    pub set_aside: u64,
 }
 
 impl RegionState {
@@ -216,9 +219,10 @@ pub fn retired_recalls(sku: &SkuState) -> Vec<(usize, u64)> {
         .collect()
 }
 
-/// Whether a SKU has nothing free anywhere: what agents cache as sold out.
+/// Whether a SKU has nothing free anywhere and nothing set aside for a
+/// cart that may let it go: what agents cache as sold out.
 pub fn is_sold_out_everywhere(sku: &SkuState) -> bool {
-    sku.remainder() == 0
+    sku.remainder() == 0 && sku.regions.iter().all(|r| r.set_aside == 0)
 }
 
 #[cfg(test)]

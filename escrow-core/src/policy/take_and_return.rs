@@ -20,7 +20,8 @@ pub struct TakeDecision {
 /// `units`, and of `prefetch` no more than brings the region to its share
 /// of the remainder by recent demand (so a busy region's prefetch does not
 /// drain the pool that other short regions wait on); report exhaustion only
-/// when nothing is free anywhere after the grant.
+/// when nothing is free anywhere after the grant and no region has units
+/// set aside for a cart (which may let them go).
 ///
 /// Every other region's last report and grants in transit count. The
 /// asking region speaks for itself: it asks because what it has is not
@@ -50,7 +51,10 @@ pub fn decide_take(
         .sum();
     // asker_unseen comes from the taker's own counters: saturate rather
     // than trust them not to overflow (only whether it is 0 matters).
-    let elsewhere = others.saturating_add(asker_unseen);
+    let set_aside: u64 = sku.regions.iter().map(|r| r.set_aside).sum();
+    let elsewhere = others
+        .saturating_add(asker_unseen)
+        .saturating_add(set_aside);
     TakeDecision {
         granted,
         sold_out_everywhere: for_buyers < units && sku.pool == for_buyers && elsewhere == 0,

@@ -15,6 +15,7 @@ fn region(weight: u32, available: u64, rate: f64) -> RegionState {
         sale_rate_per_s: rate,
         rtt_ms: 100,
         recall_pending: 0,
+        set_aside: 0,
     }
 }
 
@@ -305,6 +306,30 @@ fn take_is_sold_out_everywhere_only_when_nothing_is_free() {
     );
 }
 
+/// Goal: units a region set aside for a cart are not free (a take gets
+/// none of them) but not gone either: while any region has some, the SKU
+/// is not sold out everywhere, for a take or for the directive.
+#[test]
+fn units_set_aside_keep_a_sku_from_selling_out() {
+    let mut sku = SkuState {
+        total: 2,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![region(1, 0, 0.0), region(1, 0, 0.0)],
+    };
+    assert!(is_sold_out_everywhere(&sku));
+    assert!(decide_take(&sku, 0, 1, 0, 0).sold_out_everywhere);
+    sku.regions[1].set_aside = 1;
+    assert!(!is_sold_out_everywhere(&sku));
+    assert_eq!(
+        decide_take(&sku, 0, 1, 0, 0),
+        TakeDecision {
+            granted: 0,
+            sold_out_everywhere: false
+        }
+    );
+}
+
 /// Goal: a take gets what its buyers need from the pool, and a prefetch
 /// only up to its share of the remainder by demand.
 #[test]
@@ -379,7 +404,7 @@ proptest! {
             mode: Mode::Escrow,
             regions: regions.iter().map(|&(w, a, rate, rtt, pending)| RegionState {
                 weight: w, leased: a, in_transit: 0, available: a, sale_rate_per_s: rate, rtt_ms: rtt,
-                recall_pending: pending.min(a),
+                recall_pending: pending.min(a), set_aside: 0,
             }).collect(),
         };
         let weights: Vec<u32> = sku.regions.iter().map(|r| r.weight).collect();

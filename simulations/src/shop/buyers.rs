@@ -4,7 +4,7 @@
 //! retries, the same choices after HELD), on the whole cart.
 
 use escrow_core::cart::{checked_items, first_refusal, Cart, CartAction, CartCommit, CartItem};
-use escrow_core::owner::{CartEnd, ReserveReply, ReserveRequest};
+use escrow_core::owner::{CartEnd, PauseReason, ReserveReply, ReserveRequest};
 use escrow_core::{Qty, RequestKey, Status, Transition, UserId};
 
 use super::{Event, Pending, Purpose, Shop};
@@ -47,14 +47,20 @@ pub(super) struct CartBuyer {
     action_tries: u8,
 }
 
-/// Whether every item of an attempt is answered.
+/// What an attempt does after an item's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CartDecision {
-    Waiting,
+    /// Ask the item of this index next.
+    Next(usize),
+    /// Decide the cart: an item was refused, or the last was set aside.
     Ready,
 }
 
-/// One hold of a cart in progress: its items' answers as they come.
+/// One hold of a cart in progress: its items asked one at a time, in
+/// SKU order, each once the one before is set aside (as
+/// `region-agent/src/carts.rs` asks them): a cart waits for an item only
+/// while it holds items of lower SKUs, so two carts never wait for each
+/// other's units, and a refused item ends the attempt at once.
 #[derive(Debug, Clone)]
 pub(super) struct Attempt {
     buyer: u32,
@@ -76,12 +82,13 @@ impl Attempt {
             .iter()
             .position(|s| *s == k)
             .expect("an attempt's answers come from its items' worlds");
+        let set_aside = matches!(reply, ReserveReply::Held(_));
         self.replies[i] = Some(reply);
         self.answered_at_us = self.answered_at_us.max(at_us);
-        if self.replies.iter().all(Option::is_some) {
-            CartDecision::Ready
+        if set_aside && i + 1 < self.skus.len() {
+            CartDecision::Next(i + 1)
         } else {
-            CartDecision::Waiting
+            CartDecision::Ready
         }
     }
 }
@@ -170,18 +177,33 @@ impl Shop {
                 answered_at_us: self.now_us,
             },
         );
-        for (k, item) in skus.into_iter().zip(&buyer.items) {
-            let request = ReserveRequest {
-                borrow: None,
-                request_key: RequestKey::cart_item(&buyer.key, &item.sku),
-                user_id: buyer.user.clone(),
-                qty: item.qty,
-                ttl: Some(self.ttl()),
-            };
-            self.worlds[k].set_aside(self.now_us, r, cart_ticket(a), request)?;
-            self.collect(k)?;
+        self.ask(a, 0)
+    }
+
+    /// Asks attempt `a`'s item `i` of its owner.
+    pub(super) fn ask(&mut self, a: u64, i: usize) -> Result<(), Violation> {
+        let attempt = &self.attempts[&a];
+        let k = attempt.skus[i];
+        let buyer = &self.buyers[attempt.buyer as usize];
+        let (r, item) = (buyer.region, &buyer.items[i]);
+        let request = ReserveRequest {
+            borrow: None,
+            request_key: RequestKey::cart_item(&buyer.key, &item.sku),
+            user_id: buyer.user.clone(),
+            qty: item.qty,
+            ttl: Some(self.ttl()),
+        };
+        if self.worlds[k].agent_epoch(r) != attempt.epochs[k] {
+            // The agent died since the attempt began: the request finds
+            // no process, and the cart lets go of what it set aside.
+            let halted = ReserveReply::Paused(PauseReason::Halted);
+            let attempt = self.attempts.get_mut(&a).expect("asked while deciding");
+            attempt.answer(k, self.now_us, halted);
+            self.queue.push(self.now_us, Event::Decide(a));
+            return Ok(());
         }
-        Ok(())
+        self.worlds[k].set_aside(self.now_us, r, cart_ticket(a), request)?;
+        self.collect(k)
     }
 
     /// Every item of attempt `a` is answered: let the units go and answer
@@ -194,14 +216,15 @@ impl Shop {
             .replies
             .iter()
             .map(|reply| match reply {
-                Some(ReserveReply::Held(_)) => None,
-                other => Some(other.clone().expect("decided once every item answered")),
+                Some(ReserveReply::Held(_)) | None => None,
+                Some(other) => Some(other.clone()),
             })
             .collect();
         if let Some((_, reply)) = first_refusal(&refused) {
             self.attempts.remove(&a);
-            for ((k, item), refusal) in attempt.skus.iter().zip(&buyer.items).zip(&refused) {
-                if refusal.is_none() && self.worlds[*k].agent_epoch(r).is_some() {
+            for ((k, item), reply) in attempt.skus.iter().zip(&buyer.items).zip(&attempt.replies) {
+                let set_aside = matches!(reply, Some(ReserveReply::Held(_)));
+                if set_aside && self.worlds[*k].agent_epoch(r).is_some() {
                     let key = RequestKey::cart_item(&buyer.key, &item.sku);
                     self.worlds[*k].cart_end(self.now_us, r, &key, CartEnd::Dropped)?;
                 }

@@ -6,10 +6,10 @@
 //! in each agent and its own quota at the coordinator. The shop runs
 //! their events and its own in one time order, and plays what
 //! `region-agent/src/carts.rs` does for a cart, with escrow-core's
-//! decisions: each item asked of the gate ([`first_refusal`] of their
-//! answers), then set aside by its SKU's owner in the buyer's region
-//! (waiting for units from elsewhere as a reservation would); once every
-//! item is set aside, the cart and its items' rows are written in one
+//! decisions: each item asked of the gate ([`first_refusal`](escrow_core::cart::first_refusal) of their
+//! answers), then set aside by its SKU's owner in the buyer's region, one
+//! item at a time in SKU order (waiting for units from elsewhere as a
+//! reservation would); once every item is set aside, the cart and its items' rows are written in one
 //! commit ([`CartCommit`], many carts to a commit, one commit in flight
 //! per region); each owner is then told how it ended ([`CartEnd`]). A
 //! cart's confirm, release, extend and expiry are its lifecycle's
@@ -56,7 +56,9 @@ enum Event {
     Arrival(usize),
     /// Cart buyer `b` sends its hold.
     Attempt(u32),
-    /// Every item of this attempt is answered: decide the cart.
+    /// Ask this attempt's item of this index.
+    Ask(u64, usize),
+    /// An item of this attempt was refused, or its last set aside: decide.
     Decide(u64),
     /// Cart buyer `b` acts on its cart.
     Act(u32, buyers::Action),
@@ -278,6 +280,7 @@ impl Shop {
         match event {
             Event::Arrival(r) => self.on_arrival(r),
             Event::Attempt(b) => self.attempt(b),
+            Event::Ask(a, i) => self.ask(a, i),
             Event::Decide(a) => self.decide(a),
             Event::Act(b, action) => self.act(b, action),
             Event::Due(r, key) => self.due(r, &key),
@@ -499,9 +502,10 @@ impl Shop {
             let Some(attempt) = self.attempts.get_mut(&a) else {
                 continue;
             };
-            if attempt.answer(k, at_us, reply) == CartDecision::Ready {
-                let at = attempt.answered_at_us.max(self.now_us);
-                self.queue.push(at, Event::Decide(a));
+            let at = at_us.max(self.now_us);
+            match attempt.answer(k, at_us, reply) {
+                CartDecision::Next(i) => self.queue.push(at, Event::Ask(a, i)),
+                CartDecision::Ready => self.queue.push(at, Event::Decide(a)),
             }
         }
         Ok(())
