@@ -5,7 +5,8 @@
 //! each backend must judge the same way. A request stuck behind a lock is
 //! answered 503 OVERLOADED (the coordinator's request timeout is shorter
 //! than the agents' client timeout) and commits nothing. A region's token
-//! acts for its own region only.
+//! acts for its own region only. Units a region reports set aside for
+//! carts are stored and keep the SKU from being called sold out.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -24,6 +25,7 @@ coordinator_tests!(
     a_watch_answer_carries_the_news,
     a_region_token_cannot_move_another_regions_quota,
     a_sync_applies_whole_or_not_at_all,
+    units_set_aside_for_carts_keep_a_sku_from_selling_out,
 );
 
 /// A sync from eu at (`epoch`, `seq`) reporting `available` units of `drop`.
@@ -384,5 +386,68 @@ async fn a_sync_applies_whole_or_not_at_all(db: TestDb) {
         after,
         "a replayed sync moves nothing"
     );
+    coord.stop().await;
+}
+
+/// A sync of `drop` from `region` at (1, `seq`) acknowledging `acks`,
+/// every unit it has held, `set_aside` of them for carts.
+fn all_held(seq: u64, acks: &[Value], held: u64, set_aside: u64) -> Value {
+    json!({"epoch": 1, "seq": seq, "rtt_ms": 0, "acks": acks, "returns": [], "skus": [
+        {"tenant": "acme", "sku": "drop", "available": 0, "held": held, "sold": 0,
+         "sale_rate_per_s": 0.0, "set_aside": set_aside}]})
+}
+
+/// Goal: with nothing free anywhere, a SKU is sold out everywhere only
+/// once no region has units set aside for a cart (a cart that cannot be
+/// held lets them go): the set-aside count is stored with the report and
+/// read back by the next region's sync and take; the books stay balanced.
+async fn units_set_aside_for_carts_keep_a_sku_from_selling_out(db: TestDb) {
+    let coord = Coord::start(&db, None).await;
+    let admin = Api::new(&coord.url);
+    let (status, body) = admin
+        .put_sku(
+            "acme",
+            "drop",
+            json!({"total": 100, "regions": {"eu": 1, "us": 1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut grants = Vec::new();
+    for region in ["eu", "us"] {
+        let (status, body) = region_call(&coord, region, "sync", all_held(1, &[], 0, 0)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let ids: Vec<Value> = body["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["id"].clone())
+            .collect();
+        assert_eq!(ids.len(), 1, "{body}");
+        grants.push(ids);
+    }
+    let (status, body) = region_call(&coord, "eu", "sync", all_held(2, &grants[0], 50, 3)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = region_call(&coord, "us", "sync", all_held(2, &grants[1], 50, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["skus"][0]["sold_out_everywhere"], false, "{body}");
+    let take = json!({"id": "t-us", "tenant": "acme", "sku": "drop", "units": 1,
+                      "received": 50, "returned": 0});
+    let (status, body) = region_call(&coord, "us", "take", take.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["grant"], &body["sold_out_everywhere"]),
+        (&Value::Null, &json!(false)),
+        "units set aside are not free, nor gone: {body}"
+    );
+
+    let (status, body) = region_call(&coord, "eu", "sync", all_held(3, &[], 50, 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["skus"][0]["sold_out_everywhere"], true, "{body}");
+    let take = json!({"id": "t-us-2", "tenant": "acme", "sku": "drop", "units": 1,
+                      "received": 50, "returned": 0});
+    let (status, body) = region_call(&coord, "us", "take", take).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["sold_out_everywhere"], true, "{body}");
+    admin.assert_no_drift().await;
     coord.stop().await;
 }
