@@ -259,6 +259,67 @@ pub fn first_refusal(replies: &[Option<ReserveReply>]) -> Option<(usize, Reserve
     replies[index].clone().map(|reply| (index, reply))
 }
 
+/// A cart's items asked of their owners one at a time, in item (SKU)
+/// order, the next once the one before is set aside: a cart waits for an
+/// item only while it holds items of lower SKUs, so no two carts wait for
+/// each other's units, and a refused item ends the attempt without asking
+/// the rest. What the agent and the simulator ask next is this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemAnswers {
+    items: usize,
+    replies: Vec<ReserveReply>,
+}
+
+/// What a cart's attempt does next ([`ItemAnswers::next`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NextItem {
+    /// Ask the owner of the item of this index.
+    Ask(usize),
+    /// The item of this index was refused with this answer: the cart is.
+    Refused(usize, ReserveReply),
+    /// Every item is set aside: write the cart.
+    AllSetAside,
+}
+
+impl ItemAnswers {
+    /// An attempt at a cart of `items` items, none asked yet.
+    pub fn new(items: usize) -> Self {
+        Self {
+            items,
+            replies: Vec::with_capacity(items),
+        }
+    }
+
+    /// The answer of the item asked last; then what to do next.
+    pub fn answer(&mut self, reply: ReserveReply) -> NextItem {
+        assert!(
+            self.replies.len() < self.items,
+            "an answer to an item asked"
+        );
+        self.replies.push(reply);
+        self.next()
+    }
+
+    /// What to do next, from the answers so far.
+    pub fn next(&self) -> NextItem {
+        match self.replies.last() {
+            Some(ReserveReply::Held(_)) | None if self.replies.len() < self.items => {
+                NextItem::Ask(self.replies.len())
+            }
+            Some(ReserveReply::Held(_)) | None => NextItem::AllSetAside,
+            Some(refusal) => NextItem::Refused(self.replies.len() - 1, refusal.clone()),
+        }
+    }
+
+    /// Per item asked, in order, whether its units are set aside.
+    pub fn set_aside(&self) -> Vec<bool> {
+        self.replies
+            .iter()
+            .map(|reply| matches!(reply, ReserveReply::Held(_)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +370,35 @@ mod tests {
             .items
             .iter()
             .all(|b| b.transitions.len() == 1 && b.transitions[0].2 == Transition::Confirm));
+    }
+
+    /// Goal: items are asked one after the other; the first refusal ends
+    /// the attempt, naming its item; every item set aside ends it too.
+    #[test]
+    fn items_are_asked_in_turn_until_one_is_refused() {
+        let held = || {
+            ReserveReply::Held(crate::reservation::Reservation {
+                request_key: RequestKey::parse("k").unwrap(),
+                user_id: UserId::parse("u").unwrap(),
+                sku: Sku::parse("a").unwrap(),
+                qty: Qty::from_stored(1),
+                status: Status::Held,
+                expires_at_ms: 1,
+                extended: false,
+            })
+        };
+        let mut answers = ItemAnswers::new(3);
+        assert_eq!(answers.next(), NextItem::Ask(0));
+        assert_eq!(answers.answer(held()), NextItem::Ask(1));
+        assert_eq!(
+            answers.answer(ReserveReply::SoldOut),
+            NextItem::Refused(1, ReserveReply::SoldOut)
+        );
+        assert_eq!(answers.set_aside(), vec![true, false]);
+        let mut answers = ItemAnswers::new(2);
+        answers.answer(held());
+        assert_eq!(answers.answer(held()), NextItem::AllSetAside);
+        assert_eq!(answers.set_aside(), vec![true, true]);
     }
 
     /// Goal: a transient refusal of any item is what the cart is told,

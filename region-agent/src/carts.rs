@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use escrow_core::cart::{first_refusal, Cart, CartAction, CartCommit, CartItem, CartWritten};
+use escrow_core::cart::{
+    first_refusal, Cart, CartAction, CartCommit, CartItem, CartWritten, ItemAnswers, NextItem,
+};
 use escrow_core::owner::{gate, CartEnd};
 use escrow_core::{
     Deadline, RequestKey, Sku, SkuSettings, Status, Tenant, TransferId, Transition, TtlMs, UserId,
@@ -288,8 +290,14 @@ async fn hold_items(
     let (state, tenant) = (state.clone(), tenant.clone());
     let now_ms = state.now_ms();
     let deadline = Deadline::after(now_ms, state.wait_timeout_ms());
-    let mut replies = Vec::with_capacity(request.items.len());
-    for item in &request.items {
+    let mut answers = ItemAnswers::new(request.items.len());
+    let refused = loop {
+        let index = match answers.next() {
+            NextItem::Ask(index) => index,
+            NextItem::Refused(index, reply) => break Some((index, reply)),
+            NextItem::AllSetAside => break None,
+        };
+        let item = &request.items[index];
         let (tx, rx) = oneshot::channel();
         let set_aside = ReserveRequest {
             borrow: None,
@@ -304,30 +312,15 @@ async fn hold_items(
                 .try_send(Command::SetAside(set_aside, deadline, tx))
                 .is_ok()
         });
-        let reply = match queued {
+        answers.answer(match queued {
             Some(true) => rx
                 .await
                 .unwrap_or(ReserveReply::Paused(PauseReason::Halted)),
             _ => ReserveReply::QueueFull,
-        };
-        let refused = !matches!(reply, ReserveReply::Held(_));
-        replies.push(reply);
-        if refused {
-            break;
-        }
-    }
-    let set_aside: Vec<bool> = replies
-        .iter()
-        .map(|r| matches!(r, ReserveReply::Held(_)))
-        .collect();
-    let refused: Vec<Option<ReserveReply>> = replies
-        .into_iter()
-        .map(|r| match r {
-            ReserveReply::Held(_) => None,
-            other => Some(other),
-        })
-        .collect();
-    if let Some((index, reply)) = first_refusal(&refused) {
+        });
+    };
+    let set_aside = answers.set_aside();
+    if let Some((index, reply)) = refused {
         end_items(&state, &tenant, request, &set_aside, CartEnd::Dropped).await;
         return refusal(index, reply);
     }

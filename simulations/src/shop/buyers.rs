@@ -3,7 +3,9 @@
 //! for. A cart buyer behaves as a single-SKU human buyer does (the same
 //! retries, the same choices after HELD), on the whole cart.
 
-use escrow_core::cart::{checked_items, first_refusal, Cart, CartAction, CartCommit, CartItem};
+use escrow_core::cart::{
+    checked_items, first_refusal, Cart, CartAction, CartCommit, CartItem, ItemAnswers, NextItem,
+};
 use escrow_core::owner::{CartEnd, PauseReason, ReserveReply, ReserveRequest};
 use escrow_core::{Qty, RequestKey, Status, Transition, UserId};
 
@@ -47,49 +49,29 @@ pub(super) struct CartBuyer {
     action_tries: u8,
 }
 
-/// What an attempt does after an item's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CartDecision {
-    /// Ask the item of this index next.
-    Next(usize),
-    /// Decide the cart: an item was refused, or the last was set aside.
-    Ready,
-}
-
 /// One hold of a cart in progress: its items asked one at a time, in
-/// SKU order, each once the one before is set aside (as
-/// `region-agent/src/carts.rs` asks them): a cart waits for an item only
-/// while it holds items of lower SKUs, so two carts never wait for each
-/// other's units, and a refused item ends the attempt at once.
+/// SKU order, as `region-agent/src/carts.rs` asks them (escrow-core's
+/// [`ItemAnswers`]).
 #[derive(Debug, Clone)]
 pub(super) struct Attempt {
     buyer: u32,
     /// The world of each item, in item order.
     skus: Vec<usize>,
-    replies: Vec<Option<ReserveReply>>,
+    answers: ItemAnswers,
     /// Each SKU's agent incarnation in the buyer's region when the items
     /// were asked: the units set aside are that incarnation's memory.
     pub(super) epochs: Vec<Option<u32>>,
-    /// When the last answer came.
-    pub(super) answered_at_us: u64,
 }
 
 impl Attempt {
-    /// World `k`'s item was answered `reply` at `at_us`.
-    pub(super) fn answer(&mut self, k: usize, at_us: u64, reply: ReserveReply) -> CartDecision {
-        let i = self
-            .skus
-            .iter()
-            .position(|s| *s == k)
-            .expect("an attempt's answers come from its items' worlds");
-        let set_aside = matches!(reply, ReserveReply::Held(_));
-        self.replies[i] = Some(reply);
-        self.answered_at_us = self.answered_at_us.max(at_us);
-        if set_aside && i + 1 < self.skus.len() {
-            CartDecision::Next(i + 1)
-        } else {
-            CartDecision::Ready
-        }
+    /// World `k`'s item, the one asked last, was answered `reply`.
+    pub(super) fn answer(&mut self, k: usize, reply: ReserveReply) -> NextItem {
+        debug_assert_eq!(
+            self.answers.next(),
+            NextItem::Ask(self.skus.iter().position(|s| *s == k).unwrap_or(usize::MAX)),
+            "an answer comes for the item asked"
+        );
+        self.answers.answer(reply)
     }
 }
 
@@ -172,9 +154,8 @@ impl Shop {
             Attempt {
                 epochs: self.epochs(r),
                 buyer: b,
-                replies: vec![None; skus.len()],
+                answers: ItemAnswers::new(skus.len()),
                 skus: skus.clone(),
-                answered_at_us: self.now_us,
             },
         );
         self.ask(a, 0)
@@ -198,7 +179,7 @@ impl Shop {
             // no process, and the cart lets go of what it set aside.
             let halted = ReserveReply::Paused(PauseReason::Halted);
             let attempt = self.attempts.get_mut(&a).expect("asked while deciding");
-            attempt.answer(k, self.now_us, halted);
+            attempt.answer(k, halted);
             self.queue.push(self.now_us, Event::Decide(a));
             return Ok(());
         }
@@ -206,25 +187,18 @@ impl Shop {
         self.collect(k)
     }
 
-    /// Every item of attempt `a` is answered: let the units go and answer
-    /// the first refusal, or write the cart.
+    /// Attempt `a` is done asking: an item was refused (let the units set
+    /// aside go and answer the refusal), or every item is set aside (write
+    /// the cart).
     pub(super) fn decide(&mut self, a: u64) -> Result<(), Violation> {
         let attempt = self.attempts[&a].clone();
         let buyer = self.buyers[attempt.buyer as usize].clone();
         let r = buyer.region;
-        let refused: Vec<Option<ReserveReply>> = attempt
-            .replies
-            .iter()
-            .map(|reply| match reply {
-                Some(ReserveReply::Held(_)) | None => None,
-                Some(other) => Some(other.clone()),
-            })
-            .collect();
-        if let Some((_, reply)) = first_refusal(&refused) {
+        if let NextItem::Refused(_, reply) = attempt.answers.next() {
             self.attempts.remove(&a);
-            for ((k, item), reply) in attempt.skus.iter().zip(&buyer.items).zip(&attempt.replies) {
-                let set_aside = matches!(reply, Some(ReserveReply::Held(_)));
-                if set_aside && self.worlds[*k].agent_epoch(r).is_some() {
+            let set_aside = attempt.answers.set_aside();
+            for ((k, item), aside) in attempt.skus.iter().zip(&buyer.items).zip(set_aside) {
+                if aside && self.worlds[*k].agent_epoch(r).is_some() {
                     let key = RequestKey::cart_item(&buyer.key, &item.sku);
                     self.worlds[*k].cart_end(self.now_us, r, &key, CartEnd::Dropped)?;
                 }
@@ -232,6 +206,7 @@ impl Shop {
             self.answer(attempt.buyer, self.now_us, Answer::of(&reply));
             return Ok(());
         }
+        debug_assert_eq!(attempt.answers.next(), NextItem::AllSetAside);
         let now_ms = now_ms(self.now_us);
         let cart = Cart::held(
             buyer.key.clone(),

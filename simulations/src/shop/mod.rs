@@ -31,7 +31,7 @@ mod buyers;
 
 use std::collections::BTreeMap;
 
-use escrow_core::cart::{Cart, CartCommit, CartStep};
+use escrow_core::cart::{Cart, CartCommit, CartStep, NextItem};
 use escrow_core::owner::CartEnd;
 use escrow_core::reservation::Lifecycle;
 use escrow_core::{RequestKey, Tenant, Transition, TtlMs};
@@ -44,7 +44,7 @@ use crate::queue::EventQueue;
 use crate::rng::{streams, Rng};
 use crate::scenario::{CartConfig, Scenario};
 use crate::world::{Violation, World};
-use buyers::{Attempt, CartBuyer, CartDecision};
+use buyers::{Attempt, CartBuyer};
 
 /// How often a cart that could not be expired is tried again, µs (the
 /// agent's expiry tick).
@@ -503,9 +503,11 @@ impl Shop {
                 continue;
             };
             let at = at_us.max(self.now_us);
-            match attempt.answer(k, at_us, reply) {
-                CartDecision::Next(i) => self.queue.push(at, Event::Ask(a, i)),
-                CartDecision::Ready => self.queue.push(at, Event::Decide(a)),
+            match attempt.answer(k, reply) {
+                NextItem::Ask(i) => self.queue.push(at, Event::Ask(a, i)),
+                NextItem::Refused(..) | NextItem::AllSetAside => {
+                    self.queue.push(at, Event::Decide(a))
+                }
             }
         }
         Ok(())
