@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use escrow_core::{Ledger, LedgerError, Qty, RequestKey, TransferId, Transition};
+use service_kit::db::Backend;
 use service_kit::sql::{self, sql, Table, Tx};
 
 use super::holds::HoldColumns;
@@ -65,17 +66,21 @@ pub(super) async fn commit(tx: Tx) -> Result<(), StoreError> {
 }
 
 /// Writes `batches` in `tx`, after the lease was checked and before the
-/// commit: each batch's own writes, then every batch's holds and counters.
+/// commit: every batch's transitions ([`apply_transitions`]), each batch's
+/// other writes, then every batch's holds and counters.
 pub(super) async fn apply_group(
     tx: &mut Tx,
     batches: &[&Batch],
 ) -> Result<Vec<BatchOutcome>, BatchError> {
-    let mut applied = Vec::with_capacity(batches.len());
+    let mut applied: Vec<Applied> = batches.iter().map(|_| Applied::new()).collect();
+    apply_transitions(tx, batches, &mut applied).await?;
     for (index, batch) in batches.iter().enumerate() {
-        applied.push(apply_batch(tx, batch).await.map_err(|error| BatchError {
-            batch: Some(index),
-            error,
-        })?);
+        apply_batch(tx, batch, &mut applied[index])
+            .await
+            .map_err(|error| BatchError {
+                batch: Some(index),
+                error,
+            })?;
     }
     let inserted = insert_holds(tx, batches, &mut applied)
         .await
@@ -140,143 +145,280 @@ struct Applied {
     applied_grants: Vec<TransferId>,
 }
 
-/// Applies what one batch writes besides its holds and counters, inside
-/// `tx`: transitions (expiries among them), changes, grants and returns.
+impl Applied {
+    fn new() -> Self {
+        Self {
+            moves: Moves::new(),
+            applied_grants: Vec::new(),
+        }
+    }
+}
+
+/// Applies what one batch writes besides its transitions, holds and
+/// counters, inside `tx`: changes, grants and returns.
 ///
 /// Holds come after all of these ([`insert_holds`]): no transition names a
 /// key inserted in the same batch, and a release frees its user for a new
 /// hold. Counters move once, at the end ([`move_counters`]), so no step
 /// sees another's partial sums.
-async fn apply_batch(tx: &mut Tx, batch: &Batch) -> Result<Applied, StoreError> {
-    let mut moves = Moves::new();
-    for round in rounds(&batch.transitions) {
-        apply_round(tx, batch, &round, &mut moves).await?;
-    }
-    apply_changes(tx, batch, &mut moves).await?;
-    let applied_grants = apply_grants(tx, batch, &mut moves).await?;
-    debit_returns(tx, batch, &mut moves).await?;
-    Ok(Applied {
-        moves,
-        applied_grants,
-    })
+async fn apply_batch(tx: &mut Tx, batch: &Batch, applied: &mut Applied) -> Result<(), StoreError> {
+    apply_changes(tx, batch, &mut applied.moves).await?;
+    applied.applied_grants = apply_grants(tx, batch, &mut applied.moves).await?;
+    debit_returns(tx, batch, &mut applied.moves).await
 }
 
 /// One decided transition of a batch: the key, its units, the change.
 type Decided = (RequestKey, Qty, Transition);
 
-/// Splits transitions into rounds so that each key's transitions commit in
-/// the order the owner decided them: an extend then a confirm of one hold
-/// must extend the HELD row and then sell it, not find it SOLD already.
+/// A transition of the group: its batch's place in the group, and the
+/// transition.
+type Placed<'a> = (usize, &'a Decided);
+
+/// Applies every batch's transitions, one conditional statement per kind
+/// and round for the whole group ([`rounds`]), each required to change
+/// every row it names. A row that did not change (a stale decision) names
+/// its batch, the first in the group with one, so the committer answers
+/// that batch alone and commits the rest again; each changed row moves its
+/// own batch's units.
+async fn apply_transitions(
+    tx: &mut Tx,
+    batches: &[&Batch],
+    applied: &mut [Applied],
+) -> Result<(), BatchError> {
+    let placed: Vec<Placed> = batches
+        .iter()
+        .enumerate()
+        .flat_map(|(b, batch)| batch.transitions.iter().map(move |d| (b, d)))
+        .collect();
+    for round in rounds(batches, &placed) {
+        for kind in [Transition::Confirm, Transition::Release, Transition::Expire] {
+            let settled: Vec<Placed> = round.iter().copied().filter(|p| p.1 .2 == kind).collect();
+            let changed = settle_kind(tx, batches, &settled, kind).await?;
+            moved(batches, &settled, &changed, applied)?;
+        }
+        let extended: Vec<Placed> = round
+            .iter()
+            .copied()
+            .filter(|p| matches!(p.1 .2, Transition::Extend { .. }))
+            .collect();
+        let changed = extend(tx, batches, &extended).await?;
+        moved(batches, &extended, &changed, applied)?;
+    }
+    Ok(())
+}
+
+/// The rows of a tenant a statement changed: `(tenant, request_key)`.
+type Changed = HashSet<(String, String)>;
+
+/// Splits the group's transitions into rounds so that each key's
+/// transitions commit in the order they were decided: an extend then a
+/// confirm of one hold must extend the HELD row and then sell it, not
+/// find it SOLD already.
 ///
-/// Round `n` holds every key's `n`-th transition, in decision order. Keys
-/// within a round are distinct, so its statements touch disjoint rows and
-/// may run over lists, one per kind, each checked to change exactly its
-/// rows; rounds run one after the other. A batch that changes each key once
-/// (nearly all of them) is one round of at most four statements.
-fn rounds(transitions: &[Decided]) -> Vec<Vec<&Decided>> {
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(transitions.len());
-    let mut rounds: Vec<Vec<&Decided>> = Vec::new();
-    for decided in transitions {
-        let n = seen.entry(decided.0.as_str()).or_insert(0);
+/// Round `n` holds every key's `n`-th transition (a key is its tenant's
+/// `request_key`), in batch and decision order. Keys within a round are
+/// distinct, so its statements touch disjoint rows and may run over lists,
+/// one per kind; rounds run one after the other. A group whose batches
+/// change each key once (nearly all) is one round of at most four
+/// statements.
+fn rounds<'a>(batches: &[&Batch], placed: &[Placed<'a>]) -> Vec<Vec<Placed<'a>>> {
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(placed.len());
+    let mut rounds: Vec<Vec<Placed>> = Vec::new();
+    for &(b, decided) in placed {
+        let key = (batches[b].tenant.as_str(), decided.0.as_str());
+        let n = seen.entry(key).or_insert(0);
         // A key's earlier transitions filled rounds 0..n, so round n exists or is next.
         if *n == rounds.len() {
             rounds.push(Vec::new());
         }
-        rounds[*n].push(decided);
+        rounds[*n].push((b, decided));
         *n += 1;
     }
     rounds
 }
 
-/// Applies transitions of distinct keys, one conditional statement per
-/// kind; the units of each move once its statement changed every row.
-async fn apply_round(
-    tx: &mut Tx,
-    batch: &Batch,
-    round: &[&Decided],
-    moves: &mut Moves,
-) -> Result<(), StoreError> {
-    let backend = tx.backend();
-    let now = at(batch.now_ms);
-    for kind in [Transition::Confirm, Transition::Release, Transition::Expire] {
-        let settled: Vec<&Decided> = round.iter().copied().filter(|d| d.2 == kind).collect();
-        if settled.is_empty() {
-            continue;
-        }
-        // An expiry finds the hold due, any other change finds it not yet due.
-        let due = if kind == Transition::Expire {
-            "<="
-        } else {
-            ">"
-        };
-        let text = format!(
-            "UPDATE reservations SET status = '{}'
-             WHERE tenant = $1 AND sku = $2 AND request_key = {} AND status = 'HELD' AND expires_at {due} $4",
-            kind.target().as_str(),
-            backend.any("$3")
-        );
-        let changed = sql(text)
-            .bind(batch.tenant.as_str())
-            .bind(batch.sku.as_str())
-            .bind(settled.iter().map(|d| d.0.as_str()).collect::<Vec<_>>())
-            .bind(now)
-            .execute(tx)
-            .await?;
-        every_row(changed, settled.len(), "transition")?;
-        settle(settled, moves)?;
-    }
-    let extended: Vec<(&Decided, u64)> = round
-        .iter()
-        .filter_map(|d| match d.2 {
-            Transition::Extend { expires_at_ms } => Some((*d, expires_at_ms)),
-            _ => None,
-        })
-        .collect();
-    if extended.is_empty() {
-        return Ok(());
-    }
-    let table = Table::new("u")
+/// The table of a round's transitions of one kind: each row's tenant, SKU,
+/// key and its batch's time.
+fn transition_table<'a>(batches: &[&'a Batch], placed: &[Placed<'a>]) -> Table<'a> {
+    Table::new("u")
         .column(
-            "request_key",
-            extended
+            "of_tenant",
+            placed
                 .iter()
-                .map(|(d, _)| d.0.as_str())
+                .map(|(b, _)| batches[*b].tenant.as_str())
                 .collect::<Vec<_>>(),
         )
         .column(
-            "until",
-            extended
+            "of_sku",
+            placed
                 .iter()
-                .map(|(_, until)| at(*until))
+                .map(|(b, _)| batches[*b].sku.as_str())
                 .collect::<Vec<_>>(),
+        )
+        .column(
+            "of_key",
+            placed.iter().map(|(_, d)| d.0.as_str()).collect::<Vec<_>>(),
+        )
+        .column(
+            "at",
+            placed
+                .iter()
+                .map(|(b, _)| at(batches[*b].now_ms))
+                .collect::<Vec<_>>(),
+        )
+}
+
+/// Confirms, releases or expires (`kind`) the `placed` holds in one
+/// statement; the rows it changed. The holds of one batch are named by a
+/// list of keys (as the hot SKU's settles are), those of several by a
+/// table ([`rows_by_key`]).
+async fn settle_kind(
+    tx: &mut Tx,
+    batches: &[&Batch],
+    placed: &[Placed<'_>],
+    kind: Transition,
+) -> Result<Changed, BatchError> {
+    if placed.is_empty() {
+        return Ok(Changed::new());
+    }
+    // An expiry finds the hold due, any other change finds it not yet due.
+    let due = if kind == Transition::Expire {
+        "<="
+    } else {
+        ">"
+    };
+    let (first, _) = placed[0];
+    if placed.iter().all(|(b, _)| *b == first) {
+        // One batch (one SKU, one time): its keys as a list, one probe of
+        // the primary key each, and no table to build.
+        let batch = batches[first];
+        let text = format!(
+            "UPDATE reservations SET status = '{}'
+             WHERE tenant = $1 AND sku = $2 AND request_key = {} AND status = 'HELD'
+               AND expires_at {due} $4
+             RETURNING tenant, request_key",
+            kind.target().as_str(),
+            tx.backend().any("$3")
         );
+        let statement = sql(text)
+            .bind(batch.tenant.as_str())
+            .bind(batch.sku.as_str())
+            .bind(placed.iter().map(|(_, d)| d.0.as_str()).collect::<Vec<_>>())
+            .bind(at(batch.now_ms));
+        return changed_rows(statement, tx).await;
+    }
+    let table = transition_table(batches, placed);
+    let text = format!(
+        "UPDATE reservations AS r SET status = '{}'
+         FROM {}
+         WHERE {} AND r.sku = u.of_sku AND r.status = 'HELD' AND r.expires_at {due} u.at
+         RETURNING tenant, request_key",
+        kind.target().as_str(),
+        rows_by_key(&table, tx.backend()),
+        row_is_found(tx.backend())
+    );
+    changed_rows(sql(text).bind_table(table), tx).await
+}
+
+/// Extends the `placed` holds in one statement; the rows it changed.
+async fn extend(
+    tx: &mut Tx,
+    batches: &[&Batch],
+    placed: &[Placed<'_>],
+) -> Result<Changed, BatchError> {
+    if placed.is_empty() {
+        return Ok(Changed::new());
+    }
+    let until: Vec<_> = placed
+        .iter()
+        .map(|(_, d)| match d.2 {
+            Transition::Extend { expires_at_ms } => at(expires_at_ms),
+            _ => unreachable!("only extends are extended"),
+        })
+        .collect();
+    let table = transition_table(batches, placed).column("until", until);
     let text = format!(
         "UPDATE reservations AS r SET expires_at = u.until, extended = TRUE
          FROM {}
-         WHERE r.tenant = $1 AND r.sku = $2 AND r.request_key = u.request_key
-           AND r.status = 'HELD' AND NOT r.extended AND r.expires_at > $5",
-        table.sql(backend, 3)
+         WHERE {} AND r.sku = u.of_sku AND r.status = 'HELD' AND NOT r.extended
+           AND r.expires_at > u.at
+         RETURNING tenant, request_key",
+        rows_by_key(&table, tx.backend()),
+        row_is_found(tx.backend())
     );
-    let changed = sql(text)
-        .bind(batch.tenant.as_str())
-        .bind(batch.sku.as_str())
-        .bind_table(table)
-        .bind(now)
-        .execute(tx)
-        .await?;
-    every_row(changed, extended.len(), "extend")?;
-    settle(extended.iter().map(|(d, _)| *d), moves)
+    changed_rows(sql(text).bind_table(table), tx).await
 }
 
-/// A statement over `rows` rows must change every one of them.
-fn every_row(changed: u64, rows: usize, what: &str) -> Result<(), StoreError> {
-    if changed == rows as u64 {
-        Ok(())
-    } else {
-        Err(StoreError::Conflict(format!(
-            "{what} changed {changed} of {rows} rows"
-        )))
+/// The FROM items of a statement over a round's `table` (named `u`):
+/// on PostgreSQL with each row's reservation found by its primary key
+/// (`f.found`), in a subquery the planner keeps apart (`OFFSET 0`).
+///
+/// A plain join leaves the way to the rows to the planner, which judges
+/// by the table's statistics; in a sale they are minutes old while the
+/// table grows by thousands of holds a second, and with them PostgreSQL
+/// hashed every HELD row for each statement (25-60 ms where a key lookup
+/// per row takes tens of µs; `auto_explain`, docs/performance.md). Found
+/// by key, each row costs one index probe whatever the statistics say.
+/// On SQLite a table is one row, run once per element: the join is a key
+/// lookup already.
+fn rows_by_key(table: &Table, backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => format!(
+            "{} CROSS JOIN LATERAL (SELECT x.ctid AS found FROM reservations AS x
+                 WHERE x.tenant = u.of_tenant AND x.request_key = u.of_key OFFSET 0) AS f",
+            table.sql(backend, 1)
+        ),
+        Backend::Sqlite => table.sql(backend, 1),
     }
+}
+
+/// The condition that joins `r` to its row of the table ([`rows_by_key`]).
+fn row_is_found(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "r.ctid = f.found",
+        Backend::Sqlite => "r.tenant = u.of_tenant AND r.request_key = u.of_key",
+    }
+}
+
+/// Runs `statement` and reads the rows it returned as [`Changed`].
+async fn changed_rows(statement: sql::Statement<'_>, tx: &mut Tx) -> Result<Changed, BatchError> {
+    let whole = |e: sql::Error| BatchError::whole(e.into());
+    let rows = statement.fetch_all(tx).await.map_err(whole)?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("tenant")?, row.try_get("request_key")?)))
+        .collect::<Result<Changed, sql::Error>>()
+        .map_err(whole)
+}
+
+/// Moves the units of the `placed` transitions on their batches' ledgers,
+/// once every one of them changed its row; otherwise names the first batch
+/// with a row that did not change.
+fn moved(
+    batches: &[&Batch],
+    placed: &[Placed<'_>],
+    changed: &Changed,
+    applied: &mut [Applied],
+) -> Result<(), BatchError> {
+    let unchanged =
+        |(b, d): &Placed| !changed.contains(&(batches[*b].tenant.to_string(), d.0.to_string()));
+    if let Some(&(b, _)) = placed.iter().find(|p| unchanged(p)) {
+        let missing = placed.iter().filter(|p| unchanged(p)).count();
+        return Err(BatchError {
+            batch: Some(b),
+            error: StoreError::Conflict(format!(
+                "transition changed {} of {} rows",
+                placed.len() - missing,
+                placed.len()
+            )),
+        });
+    }
+    for &(b, decided) in placed {
+        settle([decided], &mut applied[b].moves).map_err(|error| BatchError {
+            batch: Some(b),
+            error,
+        })?;
+    }
+    Ok(())
 }
 
 /// Moves the units of transitions the database made.
