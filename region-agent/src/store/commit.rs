@@ -207,8 +207,14 @@ async fn apply_transitions(
     Ok(())
 }
 
-/// The rows of a tenant a statement changed: `(tenant, request_key)`.
-type Changed = HashSet<(String, String)>;
+/// What a statement over a round's transitions changed.
+#[derive(Debug)]
+enum Changed {
+    /// How many rows, where the statement named one batch's keys only.
+    Count(u64),
+    /// Which rows, `(tenant, request_key)`, where it named several batches'.
+    Rows(Vec<(String, String)>),
+}
 
 /// Splits the group's transitions into rounds so that each key's
 /// transitions commit in the order they were decided: an extend then a
@@ -279,7 +285,7 @@ async fn settle_kind(
     kind: Transition,
 ) -> Result<Changed, BatchError> {
     if placed.is_empty() {
-        return Ok(Changed::new());
+        return Ok(Changed::Count(0));
     }
     // An expiry finds the hold due, any other change finds it not yet due.
     let due = if kind == Transition::Expire {
@@ -295,17 +301,19 @@ async fn settle_kind(
         let text = format!(
             "UPDATE reservations SET status = '{}'
              WHERE tenant = $1 AND sku = $2 AND request_key = {} AND status = 'HELD'
-               AND expires_at {due} $4
-             RETURNING tenant, request_key",
+               AND expires_at {due} $4",
             kind.target().as_str(),
             tx.backend().any("$3")
         );
-        let statement = sql(text)
+        let changed = sql(text)
             .bind(batch.tenant.as_str())
             .bind(batch.sku.as_str())
             .bind(placed.iter().map(|(_, d)| d.0.as_str()).collect::<Vec<_>>())
-            .bind(at(batch.now_ms));
-        return changed_rows(statement, tx).await;
+            .bind(at(batch.now_ms))
+            .execute(tx)
+            .await
+            .map_err(|e| BatchError::whole(e.into()))?;
+        return Ok(Changed::Count(changed));
     }
     let table = transition_table(batches, placed);
     let text = format!(
@@ -327,7 +335,7 @@ async fn extend(
     placed: &[Placed<'_>],
 ) -> Result<Changed, BatchError> {
     if placed.is_empty() {
-        return Ok(Changed::new());
+        return Ok(Changed::Count(0));
     }
     let until: Vec<_> = placed
         .iter()
@@ -380,34 +388,36 @@ fn row_is_found(backend: Backend) -> &'static str {
     }
 }
 
-/// Runs `statement` and reads the rows it returned as [`Changed`].
+/// Runs `statement` and reads the rows it returned as [`Changed::Rows`].
 async fn changed_rows(statement: sql::Statement<'_>, tx: &mut Tx) -> Result<Changed, BatchError> {
     let whole = |e: sql::Error| BatchError::whole(e.into());
     let rows = statement.fetch_all(tx).await.map_err(whole)?;
     rows.iter()
         .map(|row| Ok((row.try_get("tenant")?, row.try_get("request_key")?)))
-        .collect::<Result<Changed, sql::Error>>()
+        .collect::<Result<Vec<_>, sql::Error>>()
+        .map(Changed::Rows)
         .map_err(whole)
 }
 
 /// Moves the units of the `placed` transitions on their batches' ledgers,
-/// once every one of them changed its row; otherwise names the first batch
-/// with a row that did not change.
+/// once every one of them changed its row (their keys are distinct, so as
+/// many rows changed as were named); otherwise names the first batch with
+/// a row that did not change.
 fn moved(
     batches: &[&Batch],
     placed: &[Placed<'_>],
     changed: &Changed,
     applied: &mut [Applied],
 ) -> Result<(), BatchError> {
-    let unchanged =
-        |(b, d): &Placed| !changed.contains(&(batches[*b].tenant.to_string(), d.0.to_string()));
-    if let Some(&(b, _)) = placed.iter().find(|p| unchanged(p)) {
-        let missing = placed.iter().filter(|p| unchanged(p)).count();
+    let count = match changed {
+        Changed::Count(count) => *count,
+        Changed::Rows(rows) => rows.len() as u64,
+    };
+    if count != placed.len() as u64 {
         return Err(BatchError {
-            batch: Some(b),
+            batch: Some(first_unchanged(batches, placed, changed)),
             error: StoreError::Conflict(format!(
-                "transition changed {} of {} rows",
-                placed.len() - missing,
+                "transition changed {count} of {} rows",
                 placed.len()
             )),
         });
@@ -419,6 +429,19 @@ fn moved(
         })?;
     }
     Ok(())
+}
+
+/// The batch of the first of `placed` whose row did not change.
+fn first_unchanged(batches: &[&Batch], placed: &[Placed<'_>], changed: &Changed) -> usize {
+    let Changed::Rows(rows) = changed else {
+        // A count is of one batch's keys.
+        return placed[0].0;
+    };
+    let rows: HashSet<(&str, &str)> = rows.iter().map(|(t, k)| (t.as_str(), k.as_str())).collect();
+    placed
+        .iter()
+        .find(|(b, d)| !rows.contains(&(batches[*b].tenant.as_str(), d.0.as_str())))
+        .map_or(placed[0].0, |(b, _)| *b)
 }
 
 /// Moves the units of transitions the database made.
