@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::admission::Deadline;
 use crate::batch::{Batch, NewHold};
 use crate::ids::{Qty, RequestKey, Sku, Tenant, TransferId, TtlMs, UserId};
 use crate::owner::ReserveReply;
@@ -259,11 +260,22 @@ pub fn first_refusal(replies: &[Option<ReserveReply>]) -> Option<(usize, Reserve
     replies[index].clone().map(|reply| (index, reply))
 }
 
+/// Longest a cart holding units aside waits for its next item, ms: while
+/// it waits, buyers of the SKUs it holds units of may be waiting for those
+/// units (they are neither free nor gone). About a move from the farthest
+/// region: an item that takes longer is not coming soon, and the cart lets
+/// its units go and is refused (`WAIT_TIMEOUT`, retried like any other).
+/// With the whole queue wait instead (2 s), single buyers of a SKU whose
+/// last units were set aside for carts waiting on another, short SKU waited
+/// out their own queue wait and were refused (docs/simulations.md, "Carts").
+pub const ASIDE_WAIT_MS: u64 = 500;
+
 /// A cart's items asked of their owners one at a time, in item (SKU)
 /// order, the next once the one before is set aside: a cart waits for an
 /// item only while it holds items of lower SKUs, so no two carts wait for
 /// each other's units, and a refused item ends the attempt without asking
-/// the rest. What the agent and the simulator ask next is this.
+/// the rest. What the agent and the simulator ask next, and until when
+/// ([`ItemAnswers::deadline`]), is this.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemAnswers {
     items: usize,
@@ -308,6 +320,19 @@ impl ItemAnswers {
             }
             Some(ReserveReply::Held(_)) | None => NextItem::AllSetAside,
             Some(refusal) => NextItem::Refused(self.replies.len() - 1, refusal.clone()),
+        }
+    }
+
+    /// How long the item asked next may wait in its owner's queue, asked
+    /// at `now_ms` in a cart that must be answered by `cart`: the first
+    /// item until then, each later one (its cart holding units aside) at
+    /// most [`ASIDE_WAIT_MS`] more.
+    pub fn deadline(&self, cart: Deadline, now_ms: u64) -> Deadline {
+        if self.replies.is_empty() {
+            return cart;
+        }
+        Deadline {
+            at_ms: cart.at_ms.min(now_ms.saturating_add(ASIDE_WAIT_MS)),
         }
     }
 
@@ -372,21 +397,23 @@ mod tests {
             .all(|b| b.transitions.len() == 1 && b.transitions[0].2 == Transition::Confirm));
     }
 
+    /// An item's units set aside.
+    fn held() -> ReserveReply {
+        ReserveReply::Held(crate::reservation::Reservation {
+            request_key: RequestKey::parse("k").unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            sku: Sku::parse("a").unwrap(),
+            qty: Qty::from_stored(1),
+            status: Status::Held,
+            expires_at_ms: 1,
+            extended: false,
+        })
+    }
+
     /// Goal: items are asked one after the other; the first refusal ends
     /// the attempt, naming its item; every item set aside ends it too.
     #[test]
     fn items_are_asked_in_turn_until_one_is_refused() {
-        let held = || {
-            ReserveReply::Held(crate::reservation::Reservation {
-                request_key: RequestKey::parse("k").unwrap(),
-                user_id: UserId::parse("u").unwrap(),
-                sku: Sku::parse("a").unwrap(),
-                qty: Qty::from_stored(1),
-                status: Status::Held,
-                expires_at_ms: 1,
-                extended: false,
-            })
-        };
         let mut answers = ItemAnswers::new(3);
         assert_eq!(answers.next(), NextItem::Ask(0));
         assert_eq!(answers.answer(held()), NextItem::Ask(1));
@@ -399,6 +426,19 @@ mod tests {
         answers.answer(held());
         assert_eq!(answers.answer(held()), NextItem::AllSetAside);
         assert_eq!(answers.set_aside(), vec![true, true]);
+    }
+
+    /// Goal: the first item may wait as long as the cart; a later one, its
+    /// cart holding units aside, at most ASIDE_WAIT_MS, and never past the
+    /// cart's deadline.
+    #[test]
+    fn a_cart_holding_units_aside_waits_briefly_for_the_next() {
+        let cart = Deadline::after(1_000, 2_000);
+        let mut answers = ItemAnswers::new(3);
+        assert_eq!(answers.deadline(cart, 1_000), cart);
+        answers.answer(held());
+        assert_eq!(answers.deadline(cart, 1_200).at_ms, 1_200 + ASIDE_WAIT_MS);
+        assert_eq!(answers.deadline(cart, 2_900), cart);
     }
 
     /// Goal: a transient refusal of any item is what the cart is told,

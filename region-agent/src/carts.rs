@@ -279,7 +279,8 @@ async fn borrow_places(
 /// order (the next once the one before is set aside), and writes the
 /// cart, its items holding on `borrows` where they borrowed. In order,
 /// a cart waits for an item only while it holds items of lower SKUs, so
-/// two carts never wait for each other's units; a refused item ends the
+/// two carts never wait for each other's units, and while it holds any
+/// it waits briefly (`ItemAnswers::deadline`); a refused item ends the
 /// attempt at once.
 async fn hold_items(
     state: &AppState,
@@ -306,10 +307,11 @@ async fn hold_items(
             qty: item.qty,
             ttl: Some(request.ttl),
         };
+        let item_deadline = answers.deadline(deadline, state.now_ms());
         let queued = state.registry().get(&tenant, &item.sku).map(|handle| {
             handle
                 .queue
-                .try_send(Command::SetAside(set_aside, deadline, tx))
+                .try_send(Command::SetAside(set_aside, item_deadline, tx))
                 .is_ok()
         });
         answers.answer(match queued {

@@ -79,26 +79,35 @@ fn a_shop_at_a_distance_holds_carts_whole() {
 /// Goal: carts of four items neither keep single buyers waiting out
 /// their queue wait nor send them away while units may come back: a
 /// cart asks its items in SKU order (no two carts wait for each other's
-/// units), and units set aside are reported held and named set aside
-/// (not free, not gone). Asked all at once and reported available, 898
-/// buyers were refused after 2 s and the sell-out came at 6.5 s;
-/// reported only as held, buyers were told sold out while carts still
-/// had units aside.
+/// units), units set aside are reported held and named set aside (not
+/// free, not gone), and a cart holding units aside waits for its next
+/// item at most `ASIDE_WAIT_MS` before letting them go (it is refused and
+/// retries). Asked all at once and reported available, 898 buyers were
+/// refused after 2 s and the sell-out came at 6.5 s; reported only as
+/// held, buyers were told sold out while carts still had units aside;
+/// with carts waiting out the whole queue wait for a later item, single
+/// buyers of the items they held were refused after theirs on seeds 2, 4
+/// and 5 (5, 15 and 78 of them), while the same carts were held.
 #[test]
 fn carts_of_many_items_keep_nobody_waiting_for_units_set_aside() {
     let mut s = Scenario::load("dist-carts").unwrap();
     s.carts.as_mut().unwrap().items = [4, 4];
-    let m = run(&s, "tail-merge", 1, None).unwrap().metrics;
-    let c = carts_of(&m);
-    let carts_refused: u64 = c.regions.iter().map(|r| r.rejected_answers).sum();
-    assert_eq!(
-        (m.rejected_answers, carts_refused),
-        (0, 0),
-        "refused after waiting"
-    );
-    assert_eq!((m.false_sold_outs, m.turned_away_while_free), (0, 0));
-    assert!(m.sell_out_ms.unwrap() < 3_000.0, "{:?}", m.sell_out_ms);
-    assert_settled(&m);
+    for seed in 1..=8 {
+        let m = run(&s, "tail-merge", seed, None).unwrap().metrics;
+        assert_eq!(m.rejected_answers, 0, "seed {seed}: refused after waiting");
+        assert!(
+            m.sell_out_ms.unwrap() < 2_500.0,
+            "seed {seed}: {:?}",
+            m.sell_out_ms
+        );
+        // The carts held before the brief wait (120 to 146 a seed) are
+        // held still: a cart refused after it retries.
+        assert!(carts_of(&m).held >= 120, "seed {seed}: {:?}", carts_of(&m));
+        if seed == 1 {
+            assert_eq!((m.false_sold_outs, m.turned_away_while_free), (0, 0));
+        }
+        assert_settled(&m);
+    }
 }
 
 /// Goal: an agent crash and a partition in the middle of the sale lose

@@ -9,7 +9,7 @@ use escrow_core::batch::{Batch, BatchOutcome};
 use escrow_core::owner::{gate, CartEnd, Command, ReserveReply, ReserveRequest, Ticket};
 use escrow_core::{Deadline, RequestKey};
 
-use super::{now_ms, Agent, Effect};
+use super::{Agent, Effect};
 
 /// The bit that marks a ticket as a cart item's rather than a buyer's.
 const CART_TICKET: Ticket = 1 << 63;
@@ -38,6 +38,7 @@ impl Agent {
         now_us: u64,
         ticket: Ticket,
         request: ReserveRequest,
+        deadline: Deadline,
         out: &mut Vec<Effect>,
     ) {
         assert!(self.up, "a down agent takes no requests");
@@ -51,7 +52,7 @@ impl Agent {
         self.queue.push_back(Command::SetAside {
             ticket,
             request,
-            deadline: Deadline::after(now_ms(now_us), self.cfg.wait_timeout_ms),
+            deadline,
         });
         self.pump(now_us, out);
     }

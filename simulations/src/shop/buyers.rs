@@ -7,7 +7,7 @@ use escrow_core::cart::{
     checked_items, first_refusal, Cart, CartAction, CartCommit, CartItem, ItemAnswers, NextItem,
 };
 use escrow_core::owner::{CartEnd, PauseReason, ReserveReply, ReserveRequest};
-use escrow_core::{Qty, RequestKey, Status, Transition, UserId};
+use escrow_core::{Deadline, Qty, RequestKey, Status, Transition, UserId};
 
 use super::{Event, Pending, Purpose, Shop};
 use crate::agent::{cart_ticket, now_ms, Answer};
@@ -58,6 +58,9 @@ pub(super) struct Attempt {
     /// The world of each item, in item order.
     skus: Vec<usize>,
     answers: ItemAnswers,
+    /// When the whole cart must be answered (its first send plus the
+    /// queue wait), as the agent's `hold_items` counts it.
+    deadline: Deadline,
     /// Each SKU's agent incarnation in the buyer's region when the items
     /// were asked: the units set aside are that incarnation's memory.
     pub(super) epochs: Vec<Option<u32>>,
@@ -155,6 +158,7 @@ impl Shop {
                 epochs: self.epochs(r),
                 buyer: b,
                 answers: ItemAnswers::new(skus.len()),
+                deadline: Deadline::after(now_ms(self.now_us), self.scenario.agent.wait_timeout_ms),
                 skus: skus.clone(),
             },
         );
@@ -183,7 +187,10 @@ impl Shop {
             self.queue.push(self.now_us, Event::Decide(a));
             return Ok(());
         }
-        self.worlds[k].set_aside(self.now_us, r, cart_ticket(a), request)?;
+        let deadline = attempt
+            .answers
+            .deadline(attempt.deadline, now_ms(self.now_us));
+        self.worlds[k].set_aside(self.now_us, r, cart_ticket(a), request, deadline)?;
         self.collect(k)
     }
 

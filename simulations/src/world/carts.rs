@@ -5,7 +5,7 @@
 
 use escrow_core::batch::Batch;
 use escrow_core::owner::{CartEnd, ReserveRequest};
-use escrow_core::RequestKey;
+use escrow_core::{Deadline, RequestKey};
 
 use super::*;
 
@@ -46,9 +46,10 @@ impl World {
         r: usize,
         ticket: escrow_core::owner::Ticket,
         request: ReserveRequest,
+        deadline: Deadline,
     ) -> Result<(), Violation> {
         self.advance_to(t_us);
-        self.agents[r].set_aside(t_us, ticket, request, &mut self.effects);
+        self.agents[r].set_aside(t_us, ticket, request, deadline, &mut self.effects);
         self.apply_effects();
         self.check()
     }
