@@ -173,7 +173,7 @@ impl TailMerge {
     /// units from under its own buyers in a burst (docs/protocol.md,
     /// "Distance").
     fn escrow_plan(&self, reported: &SkuState) -> Plan {
-        let sku = with_prior_demand(reported);
+        let sku = aged(&with_prior_demand(reported));
         let known: Vec<bool> = sku
             .regions
             .iter()
@@ -212,7 +212,8 @@ impl TailMerge {
     /// Central mode: every free unit recalled to the pool, but what a
     /// region's own buyers take during its round trip (units it would sell
     /// before a recall could bring them to anyone else's buyers).
-    fn merged_plan(&self, sku: &SkuState) -> Plan {
+    fn merged_plan(&self, reported: &SkuState) -> Plan {
+        let sku = &aged(reported);
         let mut plan = central_plan(sku);
         for (i, units) in &mut plan.recalls {
             let r = &sku.regions[*i];
@@ -223,13 +224,13 @@ impl TailMerge {
         plan
     }
 
-    /// Free units region `r` still has when a recall sent now reaches it:
-    /// its report took half its round trip to come and the recall takes
-    /// the other half, and its buyers held units meanwhile.
+    /// Free units region `r`, as it is now ([`aged`]), still has when a
+    /// recall sent now reaches it half its round trip later: its buyers
+    /// hold units meanwhile.
     fn free_when_recalled(&self, r: &RegionState) -> u64 {
         r.available
             .saturating_sub(r.recall_pending)
-            .saturating_sub(sold_during(r, r.rtt_ms as f64))
+            .saturating_sub(sold_during(r, r.rtt_ms as f64 / 2.0))
     }
 
     /// Whether region `r` would still be selling its own free units long
@@ -336,6 +337,16 @@ impl Policy for TailMerge {
         }
         self.escrow_plan(sku)
     }
+}
+
+/// `sku` as it is now: each region's report is half its round trip old,
+/// and its buyers held units meanwhile.
+fn aged(sku: &SkuState) -> SkuState {
+    let mut now = sku.clone();
+    for r in &mut now.regions {
+        r.available = r.available.saturating_sub(sold_during(r, r.rtt_ms as f64 / 2.0));
+    }
+    now
 }
 
 /// `sku` with every region taking part that reported no demand, while

@@ -100,13 +100,19 @@ fn units_move_ahead_of_need_from_the_nearest_spare_first() {
             far(400, 150.0, 230),
         ],
     };
-    let shares = demand_shares(&sku);
-    let lack = shares[0] - 650;
+    // Shares are of the remainder now: each report is half its region's
+    // round trip old, and its buyers held 4, 6 and 17 units meanwhile.
+    let mut now = sku.clone();
+    for (r, sold) in now.regions.iter_mut().zip([4, 6, 17]) {
+        r.available -= sold;
+    }
+    let shares = demand_shares(&now);
+    let lack = shares[0] - 646;
     let plan = policy.plan(&sku);
-    // Each source gives what it has beyond its share, less what it sells
-    // while the recall travels (its round trip): 12 units at 80 ms, 34
-    // at 230 ms. The near region lacks more than both spare.
-    let spare = [450 - 12 - shares[1], 400 - 34 - shares[2]];
+    // Each source gives what it has now beyond its share, less what it
+    // sells while the recall travels (half its round trip): 6 units at
+    // 80 ms, 17 at 230 ms. The near region lacks more than both spare.
+    let spare = [444 - 6 - shares[1], 383 - 17 - shares[2]];
     assert!(spare[0] + spare[1] < lack);
     assert_eq!(plan.recalls, vec![(1, spare[0]), (2, spare[1])], "{plan:?}");
 }
@@ -210,13 +216,15 @@ fn recalls_spare_regions_whose_demand_is_unknown() {
         ],
     };
     let plan = policy.plan(&sku);
-    // Remainder 810 shared 3:2:1 (the silent region counted at the
-    // others' 200/s per weight): the third region keeps its 135 (more
-    // than the 15 it sells during a move: 100 ms round trip + 50 ms at
-    // 100/s) and the 10 it sells while the recall travels; the rest
-    // would take it 2.55 s to sell, far longer than a move, so it goes
-    // although the first region is dry before it lands.
-    assert_eq!(plan.recalls, vec![(2, 400 - 10 - 135)]);
+    // Remainder now 785 (each report half a round trip old: the first
+    // region's 10 units gone, 10 and 5 held since) shared 3:2:1 (the
+    // silent region counted at the others' 200/s per weight): the third
+    // region keeps its 131 (more than the 15 it sells during a move:
+    // 100 ms round trip + 50 ms at 100/s) and the 5 it sells while the
+    // recall travels; the rest would take it 2.6 s to sell, far longer
+    // than a move, so it goes although the first region is dry before it
+    // lands.
+    assert_eq!(plan.recalls, vec![(2, 395 - 5 - 131)]);
     let short = policy.plan_short(&sku);
     assert_eq!(short.recalls, plan.recalls);
 }
