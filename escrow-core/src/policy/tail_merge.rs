@@ -344,7 +344,9 @@ impl Policy for TailMerge {
 fn aged(sku: &SkuState) -> SkuState {
     let mut now = sku.clone();
     for r in &mut now.regions {
-        r.available = r.available.saturating_sub(sold_during(r, r.rtt_ms as f64 / 2.0));
+        r.available = r
+            .available
+            .saturating_sub(sold_during(r, r.rtt_ms as f64 / 2.0));
     }
     now
 }
