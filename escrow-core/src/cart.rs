@@ -264,7 +264,7 @@ pub fn first_refusal(replies: &[Option<ReserveReply>]) -> Option<(usize, Reserve
 /// it waits, buyers of the SKUs it holds units of may be waiting for those
 /// units (they are neither free nor gone). About a move from the farthest
 /// region: an item that takes longer is not coming soon, and the cart lets
-/// its units go and is refused (`WAIT_TIMEOUT`, retried like any other).
+/// its units go and is refused (`REJECTED_WAIT_TIMEOUT`, retried like any other).
 /// With the whole queue wait instead (2 s), single buyers of a SKU whose
 /// last units were set aside for carts waiting on another, short SKU waited
 /// out their own queue wait and were refused (docs/simulations.md, "Carts").
