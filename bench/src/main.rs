@@ -87,7 +87,11 @@ enum Command {
     /// The sweeps only: throughput by --max-in-flight and by client count.
     Sweep,
     /// The agent alone on one hot SKU (the phase to profile; prints its pid).
-    Hot,
+    Hot {
+        /// The agent on an embedded SQLite file instead of PostgreSQL.
+        #[arg(long)]
+        sqlite: bool,
+    },
     /// The tail of a sale on a coordinator and its agents (started here,
     /// on scratch databases), once per policy: time to 50/90/99/100% of
     /// the units held, 503s, buyers turned away while units were free.
@@ -307,9 +311,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let comparison = scenario::compare(&settings).await?;
         println!("{}", report::comparison(&comparison));
     }
-    if matches!(cli.command, Command::Hot) {
-        let hot = scenario::hot_only(&settings).await?;
-        println!("{}", report::single("agent: hot SKU", &hot));
+    if let Command::Hot { sqlite } = cli.command {
+        let hot = scenario::hot_only(&settings, sqlite).await?;
+        let label = if sqlite {
+            "agent on SQLite: hot SKU"
+        } else {
+            "agent: hot SKU"
+        };
+        println!("{}", report::single(label, &hot));
     }
     if matches!(cli.command, Command::All | Command::Sweep) {
         let batch = scenario::sweep_batch(&settings).await?;

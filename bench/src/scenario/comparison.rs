@@ -287,9 +287,14 @@ async fn close_sku(addr: SocketAddr, sku: &str) -> anyhow::Result<()> {
     put_sku(addr, sku, units("held")? + units("sold")?).await
 }
 
-/// The agent alone on one hot SKU: the phase to profile.
-pub async fn hot_only(settings: &Settings) -> anyhow::Result<LoadReport> {
-    let agent = start_agent(settings, settings.agent, AgentBackend::Postgres, "hot").await?;
+/// The agent alone on one hot SKU, on PostgreSQL or (`sqlite`) SQLite: the phase to profile.
+pub async fn hot_only(settings: &Settings, sqlite: bool) -> anyhow::Result<LoadReport> {
+    let backend = if sqlite {
+        AgentBackend::Sqlite
+    } else {
+        AgentBackend::Postgres
+    };
+    let agent = start_agent(settings, settings.agent, backend, "hot").await?;
     put_sku(agent.addr(), "hot", HOT_STOCK).await?;
     eprintln!(
         "bench: agent pid {}, hot SKU ...",

@@ -275,9 +275,9 @@ fn transition_table<'a>(batches: &[&'a Batch], placed: &[Placed<'a>]) -> Table<'
 }
 
 /// Confirms, releases or expires (`kind`) the `placed` holds in one
-/// statement; the rows it changed. The holds of one batch are named by a
-/// list of keys (as the hot SKU's settles are), those of several by a
-/// table ([`rows_by_key`]).
+/// statement; the rows it changed. On PostgreSQL the holds of one batch
+/// are named by a list of keys (as the hot SKU's settles are), those of
+/// several by a table ([`rows_by_key`]), as every round is on SQLite.
 async fn settle_kind(
     tx: &mut Tx,
     batches: &[&Batch],
@@ -294,16 +294,20 @@ async fn settle_kind(
         ">"
     };
     let (first, _) = placed[0];
-    if placed.iter().all(|(b, _)| *b == first) {
+    let one_batch = placed.iter().all(|(b, _)| *b == first);
+    if one_batch && tx.backend() == Backend::Postgres {
         // One batch (one SKU, one time): its keys as a list, one probe of
-        // the primary key each, and no table to build.
+        // the primary key each, and no table to build. Not on SQLite,
+        // whose planner, without statistics, reads such a list by the
+        // index of HELD rows by expiry (every HELD row of the SKU) where
+        // the table below drives the primary key.
         let batch = batches[first];
         let text = format!(
             "UPDATE reservations SET status = '{}'
-             WHERE tenant = $1 AND sku = $2 AND request_key = {} AND status = 'HELD'
+             WHERE tenant = $1 AND sku = $2 AND request_key {} AND status = 'HELD'
                AND expires_at {due} $4",
             kind.target().as_str(),
-            tx.backend().any("$3")
+            tx.backend().in_list("$3")
         );
         let changed = sql(text)
             .bind(batch.tenant.as_str())
@@ -367,8 +371,8 @@ async fn extend(
 /// hashed every HELD row for each statement (25-60 ms where a key lookup
 /// per row takes tens of µs; `auto_explain`, docs/performance.md). Found
 /// by key, each row costs one index probe whatever the statistics say.
-/// On SQLite a table is one row, run once per element: the join is a key
-/// lookup already.
+/// On SQLite the table's rows drive the join (they are all the planner
+/// knows of `json_each`), each finding its reservation by the key.
 fn rows_by_key(table: &Table, backend: Backend) -> String {
     match backend {
         Backend::Postgres => format!(

@@ -66,8 +66,8 @@ pub(super) async fn mark_used(tx: &mut Tx, ids: &[&str]) -> Result<(), StoreErro
         return Ok(());
     }
     let text = format!(
-        "UPDATE borrows SET state = 'USED' WHERE state = 'ASKED' AND id = {}",
-        tx.backend().any("$1")
+        "UPDATE borrows SET state = 'USED' WHERE state = 'ASKED' AND id {}",
+        tx.backend().in_list("$1")
     );
     let changed = sql(text).bind(ids.to_vec()).execute(tx).await?;
     if changed == ids.len() as u64 {
@@ -114,7 +114,10 @@ pub(super) async fn forget(tx: &mut Tx, ids: &[TransferId]) -> Result<(), StoreE
     if ids.is_empty() {
         return Ok(());
     }
-    let text = format!("DELETE FROM borrows WHERE id = {}", tx.backend().any("$1"));
+    let text = format!(
+        "DELETE FROM borrows WHERE id {}",
+        tx.backend().in_list("$1")
+    );
     sql(text)
         .bind(ids.iter().map(TransferId::as_str).collect::<Vec<_>>())
         .execute(tx)

@@ -50,10 +50,10 @@ const HELD_SELECT: &str = "
 
 /// Records that the coordinator has the acknowledgements of grants `{ids}`.
 const CONFIRM_GRANTS: &str =
-    "UPDATE applied_grants SET confirmed = TRUE WHERE id = {ids} AND NOT confirmed";
+    "UPDATE applied_grants SET confirmed = TRUE WHERE id {ids} AND NOT confirmed";
 
 /// Forgets returns `{ids}`, which the coordinator has applied.
-const FORGET_RETURNS: &str = "DELETE FROM outbox_returns WHERE id = {ids}";
+const FORGET_RETURNS: &str = "DELETE FROM outbox_returns WHERE id {ids}";
 
 /// The agent's store on either backend.
 #[derive(Debug)]
@@ -107,7 +107,7 @@ impl SqlStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let text = template.replace("{ids}", &self.db.backend().any("$1"));
+        let text = template.replace("{ids}", &self.db.backend().in_list("$1"));
         let statement = sql(text).bind(ids.iter().map(TransferId::as_str).collect::<Vec<_>>());
         let mut tx = self.begin_write().await?;
         statement.execute(&mut tx).await?;
@@ -291,8 +291,8 @@ impl Store for SqlStore {
     ) -> Result<Vec<Reservation>, StoreError> {
         let mut conn = self.db.connection().await?;
         let rows = sql(format!(
-            "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant = $1 AND request_key = {}",
-            conn.backend().any("$2")
+            "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant = $1 AND request_key {}",
+            conn.backend().in_list("$2")
         ))
         .bind(tenant.as_str())
         .bind(keys.iter().map(RequestKey::as_str).collect::<Vec<_>>())

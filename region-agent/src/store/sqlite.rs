@@ -21,8 +21,9 @@
 //!   write transaction, and taking the lease is itself a write, so a
 //!   takeover waits for the old process's write in flight and every later
 //!   write of the old process finds no row with its epoch.
-//! - **Lists.** A statement over a list runs once per element: in-process,
-//!   a statement costs no round trip.
+//! - **Lists.** A list or a table is bound as one JSON array text and read
+//!   with `json_each`: one statement for a batch's holds, as the arrays
+//!   of PostgreSQL make it there.
 //! - **Readers** have their own pool; in WAL mode they read a committed
 //!   snapshot without waiting for the writer.
 //!

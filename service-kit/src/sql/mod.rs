@@ -22,14 +22,11 @@
 //! - **Times.** `timestamptz` on PostgreSQL, INTEGER milliseconds since the
 //!   epoch on SQLite: bound as [`Arg::Time`], read with [`Row::time`], the
 //!   database's own clock written as [`Backend::now`].
-//! - **Lists.** PostgreSQL binds a list as an array and runs a statement
-//!   once for all its elements (`= ANY($n)`, `unnest`); SQLite has no
-//!   arrays and runs the statement once per element, which in-process costs
-//!   no round trip. [`Backend::any`] and [`Table`] write the two forms. Both
-//!   mean the same only for a statement whose effect on one element does
-//!   not depend on whether the others ran in the same statement or just
-//!   before it (a conditional write per row, an insert that skips a
-//!   conflict); a statement over lists must be one of those.
+//! - **Lists.** PostgreSQL binds a list as an array (`= ANY($n)`,
+//!   `unnest`); SQLite has no arrays and binds it as a JSON array text,
+//!   read with `json_each`. [`Backend::in_list`] and [`Table`] write the
+//!   two forms. On both a statement runs once for all of a list's
+//!   elements.
 //!
 //! No sqlx type crosses this interface but the pools and migrations a
 //! service hands in: a statement is built with [`sql`] and run in a [`Tx`]
@@ -304,14 +301,14 @@ impl Backend {
         }
     }
 
-    /// The list parameter `param` (`$n`, bound as a [`List`]) as the right
-    /// side of `=`: `column = {any}` holds for any of the list's elements,
-    /// as `ANY($n)` on PostgreSQL, and on SQLite, which runs the statement
-    /// once per element, as that run's element.
-    pub fn any(self, param: &str) -> String {
+    /// The test that a value is one of the list parameter `param`'s (`$n`,
+    /// bound as a [`List`]): `column {in_list}` holds for any of its
+    /// elements, as `= ANY($n)` of the array on PostgreSQL and as `IN` the
+    /// JSON array's `json_each` on SQLite.
+    pub fn in_list(self, param: &str) -> String {
         match self {
-            Backend::Postgres => format!("ANY({param})"),
-            Backend::Sqlite => param.to_owned(),
+            Backend::Postgres => format!("= ANY({param})"),
+            Backend::Sqlite => format!("IN (SELECT value FROM json_each({param}))"),
         }
     }
 }

@@ -1,10 +1,10 @@
 //! Statements: their text, the values bound to their `$n` parameters, and
 //! running them on either backend.
 //!
-//! Scalars bind alike on both. A [`List`] binds as an array on PostgreSQL,
-//! one statement for all its elements; SQLite, which has no arrays, runs
-//! the statement once per element, each run binding that element where the
-//! list stands (see the parent module on what that asks of the statement).
+//! Scalars bind alike on both. A [`List`] binds as an array on PostgreSQL
+//! and as a JSON array on SQLite, which has no arrays; a [`Table`] binds as
+//! one array per column on PostgreSQL and as one JSON array of its rows on
+//! SQLite. Either way a statement runs once, whatever its lists hold.
 
 use std::borrow::Cow;
 
@@ -34,8 +34,12 @@ pub enum Arg<'a> {
     Text(Option<Cow<'a, str>>),
     /// `timestamptz` / INTEGER ms; `None` is NULL.
     Time(Option<DateTime<Utc>>),
-    /// A list: an array on PostgreSQL, one element per run on SQLite.
+    /// A list: an array on PostgreSQL, a JSON array on SQLite.
     List(List<'a>),
+    /// The columns of a [`Table`], bound to as many parameters: an array
+    /// each on PostgreSQL; on SQLite the rows as one JSON array in the
+    /// first of them (the others bound NULL, and named by no statement).
+    Columns(Vec<List<'a>>),
 }
 
 /// The values of a list parameter, all of one type.
@@ -60,6 +64,32 @@ impl List<'_> {
             List::Int4(values) => values.len(),
             List::Time(values) => values.len(),
         }
+    }
+
+    /// Element `i` as JSON, appended to `out`: strings quoted, numbers and
+    /// times (ms since the epoch) as numbers.
+    fn push_json(&self, i: usize, out: &mut String) {
+        match self {
+            List::Text(values) => out.push_str(
+                &serde_json::to_string(values[i]).expect("a string is always valid JSON"),
+            ),
+            List::Int(values) => out.push_str(&values[i].to_string()),
+            List::Int4(values) => out.push_str(&values[i].to_string()),
+            List::Time(values) => out.push_str(&values[i].timestamp_millis().to_string()),
+        }
+    }
+
+    /// The list as a JSON array: what SQLite binds it as.
+    fn json(&self) -> String {
+        let mut out = String::from("[");
+        for i in 0..self.len() {
+            if i > 0 {
+                out.push(',');
+            }
+            self.push_json(i, &mut out);
+        }
+        out.push(']');
+        out
     }
 
     /// Its PostgreSQL array type.
@@ -142,11 +172,10 @@ impl From<DateTime<Utc>> for Arg<'_> {
 }
 
 /// Lists of equal length read as the rows of a table: `unnest` of arrays
-/// on PostgreSQL, on SQLite a table of one row, that of the run.
+/// on PostgreSQL, on SQLite `json_each` of one JSON array of the rows.
 ///
 /// The table has a column per list, named as given, and `n`, the row's
-/// place from 1 (on SQLite always 1, as each run has one row), to keep the
-/// lists' order where it matters (`ORDER BY n`).
+/// place from 1, to keep the lists' order where it matters (`ORDER BY n`).
 #[derive(Debug, Clone)]
 pub struct Table<'a> {
     alias: &'static str,
@@ -192,11 +221,16 @@ impl<'a> Table<'a> {
                 )
             }
             Backend::Sqlite => {
-                let values: Vec<String> = params
-                    .zip(&names)
-                    .map(|(param, name)| format!("{param} AS {name}"))
+                let values: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| format!("j.value ->> {i} AS {name}"))
                     .collect();
-                format!("(SELECT {}, 1 AS n) AS {}", values.join(", "), self.alias)
+                format!(
+                    "(SELECT {}, j.key + 1 AS n FROM json_each(${first}) AS j) AS {}",
+                    values.join(", "),
+                    self.alias
+                )
             }
         }
     }
@@ -226,12 +260,8 @@ impl<'a> Statement<'a> {
 
     /// Binds the columns of `table` as the next parameters, in order.
     pub fn bind_table(mut self, table: Table<'a>) -> Self {
-        self.args.extend(
-            table
-                .columns
-                .into_iter()
-                .map(|(_, values)| Arg::List(values)),
-        );
+        let columns = table.columns.into_iter().map(|(_, values)| values);
+        self.args.push(Arg::Columns(columns.collect()));
         self
     }
 
@@ -243,17 +273,11 @@ impl<'a> Statement<'a> {
                 .await
                 .map(|done| done.rows_affected())
                 .map_err(driver),
-            Link::Sqlite(conn) => {
-                let mut changed = 0;
-                for run in 0..self.runs() {
-                    changed += sqlite_query(&self, run)
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(driver)?
-                        .rows_affected();
-                }
-                Ok(changed)
-            }
+            Link::Sqlite(conn) => sqlite_query(&self)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(driver),
         }
     }
 
@@ -289,76 +313,78 @@ impl<'a> Statement<'a> {
                 }
             }
             Link::Sqlite(conn) => {
-                for run in 0..self.runs() {
-                    let mut rows = sqlite_query(&self, run).fetch(&mut *conn);
-                    while let Some(row) = rows.try_next().await.map_err(driver)? {
-                        each(Row(RowOf::Sqlite(row)))?;
-                    }
+                let mut rows = sqlite_query(&self).fetch(conn);
+                while let Some(row) = rows.try_next().await.map_err(driver)? {
+                    each(Row(RowOf::Sqlite(row)))?;
                 }
             }
         }
         Ok(())
     }
-
-    /// How many times SQLite runs the statement: once per element of its
-    /// lists, which all have as many; once if it has none.
-    fn runs(&self) -> usize {
-        let mut lengths = self.args.iter().filter_map(|arg| match arg {
-            Arg::List(values) => Some(values.len()),
-            _ => None,
-        });
-        let Some(runs) = lengths.next() else {
-            return 1;
-        };
-        assert!(
-            lengths.all(|length| length == runs),
-            "the lists of one statement differ in length: {}",
-            self.text
-        );
-        runs
-    }
 }
 
-/// `statement` as a PostgreSQL query: times as `timestamptz`, lists as arrays.
+/// `statement` as a PostgreSQL query: times as `timestamptz`, lists and
+/// each column of a table as arrays.
 fn postgres_query<'q>(statement: &'q Statement<'q>) -> Query<'q, Postgres, PgArguments> {
+    let array = |query: Query<'q, Postgres, PgArguments>, values: &'q List<'q>| match values {
+        List::Text(values) => query.bind(values),
+        List::Int(values) => query.bind(values),
+        List::Int4(values) => query.bind(values),
+        List::Time(values) => query.bind(values),
+    };
     bound(
         statement,
         |at| at,
-        |query, values| match values {
-            List::Text(values) => query.bind(values),
-            List::Int(values) => query.bind(values),
-            List::Int4(values) => query.bind(values),
-            List::Time(values) => query.bind(values),
-        },
+        array,
+        |query, columns| columns.iter().fold(query, array),
     )
 }
 
-/// `statement` as a SQLite query for run `run`: times as ms since the
-/// epoch, each list as its element `run`.
-fn sqlite_query<'q>(
-    statement: &'q Statement<'q>,
-    run: usize,
-) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+/// `statement` as a SQLite query: times as ms since the epoch, lists as
+/// JSON arrays, a table as the JSON array of its rows ([`Arg::Columns`]).
+fn sqlite_query<'q>(statement: &'q Statement<'q>) -> Query<'q, Sqlite, SqliteArguments<'q>> {
     bound(
         statement,
         |at| at.timestamp_millis(),
-        |query, values| match values {
-            List::Text(values) => query.bind(values[run]),
-            List::Int(values) => query.bind(values[run]),
-            List::Int4(values) => query.bind(values[run]),
-            List::Time(values) => query.bind(values[run].timestamp_millis()),
+        |query, values| query.bind(values.json()),
+        |query, columns| {
+            let query = query.bind(rows_json(columns));
+            (1..columns.len()).fold(query, |query, _| query.bind(None::<i64>))
         },
     )
 }
 
+/// The rows of a table's `columns` as one JSON array of arrays.
+fn rows_json(columns: &[List<'_>]) -> String {
+    let rows = columns.first().map_or(0, List::len);
+    let mut out = String::from("[");
+    for row in 0..rows {
+        out.push_str(if row == 0 { "[" } else { ",[" });
+        for (i, column) in columns.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            column.push_json(row, &mut out);
+        }
+        out.push(']');
+    }
+    out.push(']');
+    out
+}
+
 /// `statement` as a driver's query for backend `DB`, with times stored as
-/// `time` makes them and lists bound by `list`.
+/// `time` makes them, lists bound by `list` and a table's columns by
+/// `columns`.
 fn bound<'q, DB, T>(
     statement: &'q Statement<'q>,
     time: fn(DateTime<Utc>) -> T,
     list: impl Fn(
         Query<'q, DB, <DB as Database>::Arguments<'q>>,
         &'q List<'q>,
+    ) -> Query<'q, DB, <DB as Database>::Arguments<'q>>,
+    columns: impl Fn(
+        Query<'q, DB, <DB as Database>::Arguments<'q>>,
+        &'q [List<'q>],
     ) -> Query<'q, DB, <DB as Database>::Arguments<'q>>,
 ) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
 where
@@ -380,6 +406,7 @@ where
             Arg::Text(value) => query.bind(value.as_deref()),
             Arg::Time(at) => query.bind(at.map(time)),
             Arg::List(values) => list(query, values),
+            Arg::Columns(values) => columns(query, values),
         };
     }
     query
@@ -389,10 +416,10 @@ where
 mod tests {
     use super::*;
 
-    /// Goal: a table reads its lists as `unnest` on PostgreSQL and as the
-    /// run's one row on SQLite, its parameters numbered from `first` on.
+    /// Goal: a table reads its lists as `unnest` on PostgreSQL and as
+    /// `json_each` of one parameter on SQLite, numbered from `first` on.
     #[test]
-    fn a_table_is_unnest_or_one_row() {
+    fn a_table_is_unnest_or_json_rows() {
         let table = Table::new("u")
             .column("key", vec!["a", "b"])
             .column("units", vec![1_i64, 2]);
@@ -402,18 +429,69 @@ mod tests {
         );
         assert_eq!(
             table.sql(Backend::Sqlite, 3),
-            "(SELECT $3 AS key, $4 AS units, 1 AS n) AS u"
+            "(SELECT j.value ->> 0 AS key, j.value ->> 1 AS units, j.key + 1 AS n \
+             FROM json_each($3) AS j) AS u"
         );
     }
 
-    /// Goal: SQLite runs a statement once per element of its lists, and
-    /// once when it has none.
-    #[test]
-    fn sqlite_runs_once_per_element() {
-        assert_eq!(sql("SELECT 1").bind(1_i64).runs(), 1);
-        let table = Table::new("u").column("key", vec!["a", "b", "c"]);
-        assert_eq!(sql("").bind("t").bind_table(table).runs(), 3);
-        assert_eq!(sql("").bind(Vec::<i64>::new()).runs(), 0);
+    /// Goal: on SQLite one statement reads a whole table and a whole list,
+    /// in order, with every value as bound (quotes and non-ASCII text,
+    /// numbers, times as ms), and the parameters after a table keep their
+    /// numbers.
+    #[tokio::test]
+    async fn sqlite_reads_a_table_and_a_list_in_one_statement() {
+        let dir = std::env::temp_dir().join(format!("sql-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("t.db").display());
+        let migrator = sqlx::migrate::Migrator::DEFAULT;
+        let db = crate::sql::Db::open(&url, 1, &migrator, &migrator)
+            .await
+            .unwrap();
+        let mut conn = db.connection().await.unwrap();
+        let at = DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+        let table = Table::new("u")
+            .column("key", vec!["a\"'b", "ü\\n", "c"])
+            .column("units", vec![1_i64, -2, 3])
+            .column("at", vec![at, at, at]);
+        let text = format!(
+            "SELECT u.key AS key, u.units + $1 AS units, u.at AS at, u.n AS n FROM {} WHERE u.key <> $5 ORDER BY u.n DESC",
+            table.sql(Backend::Sqlite, 2)
+        );
+        let rows = sql(text)
+            .bind(10_i64)
+            .bind_table(table)
+            .bind("c")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let read: Vec<(String, i64, i64, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.try_get::<String>("key").unwrap(),
+                    r.try_get::<i64>("units").unwrap(),
+                    r.try_get::<i64>("at").unwrap(),
+                    r.try_get::<i64>("n").unwrap(),
+                )
+            })
+            .collect();
+        let ms = at.timestamp_millis();
+        assert_eq!(
+            read,
+            vec![("ü\\n".into(), 8, ms, 2), ("a\"'b".into(), 11, ms, 1)]
+        );
+        let text = format!(
+            "SELECT value FROM json_each('[\"x\",\"y\",\"z\"]') WHERE value {} ORDER BY value",
+            Backend::Sqlite.in_list("$1")
+        );
+        let rows = sql(text)
+            .bind(vec!["z", "x", "w"])
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let read: Vec<String> = rows.iter().map(|r| r.try_get("value").unwrap()).collect();
+        assert_eq!(read, ["x", "z"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Goal: lists of different lengths in one table are refused loudly.
