@@ -510,6 +510,13 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
                 runs.push(bench::tail::run_policy(&settings, sale, policy).await?);
             }
             println!("{}", bench::tail::report::table(sale, &runs));
+            if let Some(scenario) = &scenario {
+                let simulated = runs
+                    .iter()
+                    .map(|run| bench::tail::fidelity::simulate(scenario, &run.policy))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                println!("{}", bench::tail::fidelity::table(&runs, &simulated));
+            }
             if args.timeline {
                 for run in &runs {
                     println!("{}", bench::tail::report::timeline(run));

@@ -62,6 +62,9 @@ pub struct Counters {
     pub take_granted_units: Option<f64>,
     /// The coordinator's `coordinator_tail_merges_total`.
     pub tail_merges: f64,
+    /// The sum of the coordinator's `coordinator_take_locked_seconds`:
+    /// how long its takes held their SKU's row, in all.
+    pub take_locked_seconds: f64,
     /// Sum of the agents' `escrow_holds_total{path="take"}`: holds decided
     /// in a batch that asked the coordinator (paid a round trip).
     pub take_path_holds: f64,
@@ -83,6 +86,8 @@ impl Counters {
             // (from 0) once the coordinator exports it.
             take_granted_units: series_sum(&text, "coordinator_take_granted_units_total", None),
             tail_merges: series_sum(&text, "coordinator_tail_merges_total", None).unwrap_or(0.0),
+            take_locked_seconds: series_sum(&text, "coordinator_take_locked_seconds_sum", None)
+                .unwrap_or(0.0),
             agent_holds: 0.0,
             take_path_holds: 0.0,
             local_path_holds: 0.0,
@@ -118,6 +123,7 @@ impl Counters {
                 .take_granted_units
                 .map(|n| n - earlier.take_granted_units.unwrap_or(0.0)),
             tail_merges: self.tail_merges - earlier.tail_merges,
+            take_locked_seconds: self.take_locked_seconds - earlier.take_locked_seconds,
             take_path_holds: self.take_path_holds - earlier.take_path_holds,
             local_path_holds: self.local_path_holds - earlier.local_path_holds,
             borrowed: self.borrowed - earlier.borrowed,

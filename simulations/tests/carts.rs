@@ -95,8 +95,10 @@ fn carts_of_many_items_keep_nobody_waiting_for_units_set_aside() {
     for seed in 1..=8 {
         let m = run(&s, "tail-merge", seed, None).unwrap().metrics;
         assert_eq!(m.rejected_answers, 0, "seed {seed}: refused after waiting");
+        // Sold out in 1.9-2.5 s (a take holding the coordinator 2 ms);
+        // 6.5 s when carts kept buyers waiting.
         assert!(
-            m.sell_out_ms.unwrap() < 2_500.0,
+            m.sell_out_ms.unwrap() < 3_000.0,
             "seed {seed}: {:?}",
             m.sell_out_ms
         );

@@ -13,8 +13,11 @@
 //!
 //! The cluster, the crowd, the sales' shapes, the sampler and the analysis
 //! are the [`harness`]'s (the demo runs the same sale); this module runs a
-//! sale once per policy and [`report`] prints the Markdown table.
+//! sale once per policy and [`report`] prints the Markdown table; for a
+//! simulator scenario, [`fidelity`] puts the simulator's figures of the
+//! same sale beside the real ones.
 
+pub mod fidelity;
 pub mod report;
 
 use std::sync::atomic::{AtomicU32, Ordering};

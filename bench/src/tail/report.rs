@@ -122,9 +122,17 @@ pub fn table(sale: &Sale, runs: &[TailRun]) -> String {
         };
         let c = &s.counters;
         let granted = c.take_granted_units.map_or("n/a".into(), thousands);
+        let locked = if c.takes > 0.0 {
+            format!(
+                " (each holding the SKU's row {:.1} ms)",
+                1e3 * c.take_locked_seconds / c.takes
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "- `{}`: {verdict}. {} buyers: {} SOLD_OUT, {} gave up; {} errors; agents counted {} HELD; {} takes carrying {granted} units; {} tail merges; sale {:.1} s wall.",
+            "- `{}`: {verdict}. {} buyers: {} SOLD_OUT, {} gave up; {} errors; agents counted {} HELD; {} takes carrying {granted} units{locked}; {} tail merges; sale {:.1} s wall.",
             run.policy,
             thousands(s.buyers as f64),
             thousands(s.sold_out_buyers as f64),

@@ -7,6 +7,7 @@
 //! owe a directive for is not touched at all.
 
 use std::collections::{BTreeSet, HashSet};
+use std::time::Instant;
 
 use chrono::Utc;
 use escrow_core::allocation::{self, AgentSession, SkuSynced, TakeHistory};
@@ -384,6 +385,7 @@ impl Store {
         let mut loaded = load_to_change(&mut tx, &req.tenant, &req.sku, Lock::ForUpdate)
             .await?
             .ok_or(StoreError::UnknownSku)?;
+        let locked = Instant::now();
         let index = loaded.index_of(region).ok_or(StoreError::UnknownSku)?;
         let found = sql(
             "SELECT region = $2 AND kind = 'GRANT' AND tenant = $3 AND sku = $4 AS here, units
@@ -410,6 +412,8 @@ impl Store {
                 .take(index, req, history, policy.as_ref(), &mut new_grant_id)?;
         self.commit_change(tx, &before, &loaded, &taken.moves)
             .await?;
+        metrics::histogram!("coordinator_take_locked_seconds")
+            .record(locked.elapsed().as_secs_f64());
         metrics::counter!("coordinator_granted_units_total").increment(taken.granted);
         metrics::counter!("coordinator_takes_total", "sold_out_everywhere" => taken.response.sold_out_everywhere.to_string())
             .increment(1);
