@@ -1,0 +1,181 @@
+//! A cart holding units aside for one item waits only briefly for the
+//! next (`escrow_core::cart::ASIDE_WAIT_MS`), on the real agent with a
+//! coordinator: the single buyers of the units it holds aside must not
+//! wait out their whole queue wait for a cart that cannot complete.
+//! PostgreSQL only: the simulator checks the same rule over whole sales
+//! (`simulations/tests/carts.rs`), SQLite's cart path is the same code.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use escrow_core::protocol::{
+    LimitsDown, LimitsUp, SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse,
+    TransferMsg, WatchRequest, WatchResponse,
+};
+use escrow_core::{Mode, Sku, Tenant, TransferId};
+use region_agent::clock::SystemClock;
+use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
+use region_agent::owner::Limits;
+use region_agent::store::postgres::PgStore;
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::PgPool;
+
+/// Units the coordinator grants the SKU with stock.
+const STOCK: u64 = 5;
+
+/// A coordinator with two SKUs for the region: `aaa`, granted [`STOCK`]
+/// units once and none left anywhere after them, and `zzz`, of which it
+/// grants nothing, saying each time that units are free elsewhere (so a
+/// buyer of `zzz` waits for them).
+struct Stingy;
+
+fn directive(sku: &str) -> SkuDirective {
+    SkuDirective {
+        user_limit_scope: Default::default(),
+        limit_regions: Vec::new(),
+        tenant: Tenant::parse("acme").unwrap(),
+        sku: Sku::parse(sku).unwrap(),
+        mode: Mode::Escrow,
+        paused: false,
+        max_per_user: 1,
+        hold_ttl_ms: 600_000,
+        return_until: 0,
+        sold_out_everywhere: false,
+    }
+}
+
+#[async_trait]
+impl CoordinatorClient for Stingy {
+    async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
+        let grant = TransferId::parse("g-aaa").unwrap();
+        let grants = if req.acks.contains(&grant) {
+            Vec::new()
+        } else {
+            vec![TransferMsg {
+                id: grant,
+                tenant: Tenant::parse("acme").unwrap(),
+                sku: Sku::parse("aaa").unwrap(),
+                units: STOCK,
+            }]
+        };
+        Ok(SyncResponse {
+            limits: Default::default(),
+            grants,
+            confirmed: req.acks.clone(),
+            applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
+            skus: vec![directive("aaa"), directive("zzz")],
+        })
+    }
+
+    async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
+        Err(ClientError::Unreachable(
+            "no notices from this coordinator".into(),
+        ))
+    }
+
+    async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError> {
+        Ok(TakeResponse {
+            grant: None,
+            sold_out_everywhere: req.sku.as_str() == "aaa",
+            paused: false,
+        })
+    }
+
+    async fn limits(&self, _req: &LimitsUp) -> Result<LimitsDown, ClientError> {
+        Ok(LimitsDown::default())
+    }
+}
+
+test_support::postgres_only!(
+    migrator: region_agent::store::postgres::MIGRATOR;
+    a_cart_lets_units_it_set_aside_go_after_a_brief_wait,
+);
+
+/// Goal: a cart of [`aaa`, `zzz`] with a 30-s queue wait sets one unit of
+/// `aaa` aside, then waits for `zzz`, whose units are elsewhere; it is
+/// refused with REJECTED_WAIT_TIMEOUT after the brief wait, not the
+/// queue's 30 s (the request must be answered within 10 s), and the unit
+/// of `aaa` is free again: nothing written, and a single buyer holds all
+/// of `aaa`'s units.
+async fn a_cart_lets_units_it_set_aside_go_after_a_brief_wait(pool: PgPool) {
+    let link = Arc::new(CoordinatorLink::new(Arc::new(Stingy), 20));
+    let mut agent_settings = settings(Limits {
+        max_in_flight: 64,
+        max_waiting: 256,
+        wait_timeout_ms: 30_000,
+    });
+    agent_settings.coordinator = Some(link);
+    let state = region_agent::start(
+        Arc::new(PgStore::new(pool.clone())),
+        Arc::new(SystemClock),
+        agent_settings,
+    )
+    .await
+    .unwrap();
+    let served = Served::start(None, |listener, shutdown| {
+        region_agent::run(listener, state.clone(), shutdown)
+    })
+    .await;
+    let api = Api::new(&served.url);
+    eventually(
+        "aaa's grant is credited",
+        Duration::from_secs(10),
+        async || {
+            let available: Option<i64> = sqlx::query_scalar(
+                "SELECT available FROM sku_stock WHERE tenant = 'acme' AND sku = 'aaa'",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            available == Some(STOCK as i64)
+        },
+    )
+    .await;
+
+    let body = json!({
+        "request_key": "cart-1",
+        "user_id": "u-cart",
+        "items": [{ "sku": "zzz" }, { "sku": "aaa" }],
+    });
+    let answer = tokio::time::timeout(Duration::from_secs(10), api.buyer_post("/v1/carts", body))
+        .await
+        .expect("the cart is answered after the brief wait, not the queue's 30 s");
+    let (status, body) = answer;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["outcome"], "REJECTED_WAIT_TIMEOUT", "{body}");
+
+    let carts: i64 = sqlx::query_scalar("SELECT count(*) FROM carts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!((carts, rows), (0, 0), "a refused cart writes nothing");
+    for i in 0..STOCK {
+        let (status, body) = api.reserve(&format!("k{i}"), &format!("u{i}"), "aaa").await;
+        assert_eq!(status, StatusCode::CREATED, "unit {i} of aaa: {body}");
+    }
+    let (status, body) = api.reserve("k-last", "u-last", "aaa").await;
+    assert_eq!(body["outcome"], "SOLD_OUT", "{status} {body}");
+    let stored = stored_of(&pool, "aaa").await;
+    assert_eq!(stored, (0, STOCK as i64), "available and held of aaa");
+    served.stop().await;
+}
+
+/// A SKU's available and held counters.
+async fn stored_of(pool: &PgPool, sku: &str) -> (i64, i64) {
+    sqlx::query_as("SELECT available, held FROM sku_stock WHERE tenant = 'acme' AND sku = $1")
+        .bind(sku)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
