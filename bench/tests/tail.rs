@@ -58,7 +58,9 @@ fn settings(binaries: Binaries, storage: Storage) -> TailSettings {
 /// Goal: under both policies the buyers' answers, the coordinator's final
 /// view and its audit agree: 60 units held once (or still free), no
 /// oversell, drift 0, and each of the 200 buyers ended with HELD or
-/// SOLD_OUT, none out of patience and none with an unexpected answer.
+/// SOLD_OUT, none out of patience and none with an unexpected answer;
+/// under `central` the coordinator's takes are timed
+/// (`coordinator_take_locked_seconds`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_sale_counts_add_up() {
     Binaries::build().await.unwrap();
@@ -98,6 +100,11 @@ async fn tail_sale_counts_add_up() {
         // A browser stops at its first SOLD_OUT.
         assert_eq!(s.answers[Outcome::SoldOut], s.sold_out_buyers, "{policy}");
         assert!(s.requests() >= BUYERS, "{policy}");
+        if policy == "central" {
+            // Every batch takes, and the coordinator times each take.
+            assert!(s.counters.takes > 0.0, "{policy}");
+            assert!(s.counters.take_locked_seconds > 0.0, "{policy}");
+        }
         if let Some(dir) = dir {
             std::fs::remove_dir_all(dir).unwrap();
         }
