@@ -19,10 +19,8 @@ use escrow_core::protocol::{
     TransferMsg, WatchRequest, WatchResponse,
 };
 use escrow_core::{Mode, Sku, Tenant, TransferId};
-use region_agent::clock::SystemClock;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use region_agent::owner::Limits;
-use region_agent::store::postgres::PgStore;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
@@ -105,36 +103,23 @@ test_support::postgres_only!(
 /// of `aaa` is free again: nothing written, and a single buyer holds all
 /// of `aaa`'s units.
 async fn a_cart_lets_units_it_set_aside_go_after_a_brief_wait(pool: PgPool) {
-    let link = Arc::new(CoordinatorLink::new(Arc::new(Stingy), 20));
+    let db = TestDb::postgres(pool);
     let mut agent_settings = settings(Limits {
         max_in_flight: 64,
         max_waiting: 256,
         wait_timeout_ms: 30_000,
     });
-    agent_settings.coordinator = Some(link);
-    let state = region_agent::start(
-        Arc::new(PgStore::new(pool.clone())),
-        Arc::new(SystemClock),
-        agent_settings,
-    )
-    .await
-    .unwrap();
-    let served = Served::start(None, |listener, shutdown| {
-        region_agent::run(listener, state.clone(), shutdown)
-    })
-    .await;
-    let api = Api::new(&served.url);
+    agent_settings.coordinator = Some(Arc::new(CoordinatorLink::new(Arc::new(Stingy), 20)));
+    let agent = TestAgent::start_with_settings(&db, agent_settings, None).await;
+    let api = agent.api();
     eventually(
         "aaa's grant is credited",
         Duration::from_secs(10),
         async || {
-            let available: Option<i64> = sqlx::query_scalar(
-                "SELECT available FROM sku_stock WHERE tenant = 'acme' AND sku = 'aaa'",
-            )
-            .fetch_optional(&pool)
-            .await
-            .unwrap();
-            available == Some(STOCK as i64)
+            // No row until the coordinator's directive is committed.
+            let available = "SELECT COALESCE(max(available), -1) FROM sku_stock \
+                             WHERE tenant = 'acme' AND sku = 'aaa'";
+            db.int(available).await == STOCK as i64
         },
     )
     .await;
@@ -150,32 +135,22 @@ async fn a_cart_lets_units_it_set_aside_go_after_a_brief_wait(pool: PgPool) {
     let (status, body) = answer;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["outcome"], "REJECTED_WAIT_TIMEOUT", "{body}");
+    let written = (
+        db.int("SELECT count(*) FROM carts").await,
+        db.int("SELECT count(*) FROM reservations").await,
+    );
+    assert_eq!(written, (0, 0), "a refused cart writes nothing");
 
-    let carts: i64 = sqlx::query_scalar("SELECT count(*) FROM carts")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!((carts, rows), (0, 0), "a refused cart writes nothing");
     for i in 0..STOCK {
         let (status, body) = api.reserve(&format!("k{i}"), &format!("u{i}"), "aaa").await;
         assert_eq!(status, StatusCode::CREATED, "unit {i} of aaa: {body}");
     }
     let (status, body) = api.reserve("k-last", "u-last", "aaa").await;
     assert_eq!(body["outcome"], "SOLD_OUT", "{status} {body}");
-    let stored = stored_of(&pool, "aaa").await;
-    assert_eq!(stored, (0, STOCK as i64), "available and held of aaa");
-    served.stop().await;
-}
-
-/// A SKU's available and held counters.
-async fn stored_of(pool: &PgPool, sku: &str) -> (i64, i64) {
-    sqlx::query_as("SELECT available, held FROM sku_stock WHERE tenant = 'acme' AND sku = $1")
-        .bind(sku)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    let aaa = stored(&db, "aaa").await;
+    assert_eq!((aaa.available, aaa.held), (0, STOCK as i64), "{aaa:?}");
+    assert_balanced(&aaa);
+    assert_balanced(&stored(&db, "zzz").await);
+    api.assert_no_drift().await;
+    agent.stop().await;
 }
