@@ -7,6 +7,7 @@
 //! SQLite. Either way a statement runs once, whatever its lists hold.
 
 use std::borrow::Cow;
+use std::io::Write as _;
 
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
@@ -67,29 +68,28 @@ impl List<'_> {
     }
 
     /// Element `i` as JSON, appended to `out`: strings quoted, numbers and
-    /// times (ms since the epoch) as numbers.
-    fn push_json(&self, i: usize, out: &mut String) {
-        match self {
-            List::Text(values) => out.push_str(
-                &serde_json::to_string(values[i]).expect("a string is always valid JSON"),
-            ),
-            List::Int(values) => out.push_str(&values[i].to_string()),
-            List::Int4(values) => out.push_str(&values[i].to_string()),
-            List::Time(values) => out.push_str(&values[i].timestamp_millis().to_string()),
-        }
+    /// times (ms since the epoch) as numbers; nothing allocated.
+    fn push_json(&self, i: usize, out: &mut Vec<u8>) {
+        let written = match self {
+            List::Text(values) => serde_json::to_writer(&mut *out, values[i]).map_err(Into::into),
+            List::Int(values) => write!(out, "{}", values[i]),
+            List::Int4(values) => write!(out, "{}", values[i]),
+            List::Time(values) => write!(out, "{}", values[i].timestamp_millis()),
+        };
+        written.expect("writing to memory does not fail");
     }
 
     /// The list as a JSON array: what SQLite binds it as.
     fn json(&self) -> String {
-        let mut out = String::from("[");
+        let mut out = vec![b'['];
         for i in 0..self.len() {
             if i > 0 {
-                out.push(',');
+                out.push(b',');
             }
             self.push_json(i, &mut out);
         }
-        out.push(']');
-        out
+        out.push(b']');
+        String::from_utf8(out).expect("JSON is UTF-8")
     }
 
     /// Its PostgreSQL array type.
@@ -357,19 +357,19 @@ fn sqlite_query<'q>(statement: &'q Statement<'q>) -> Query<'q, Sqlite, SqliteArg
 /// The rows of a table's `columns` as one JSON array of arrays.
 fn rows_json(columns: &[List<'_>]) -> String {
     let rows = columns.first().map_or(0, List::len);
-    let mut out = String::from("[");
+    let mut out = vec![b'['];
     for row in 0..rows {
-        out.push_str(if row == 0 { "[" } else { ",[" });
+        out.extend_from_slice(if row == 0 { b"[" } else { b",[" });
         for (i, column) in columns.iter().enumerate() {
             if i > 0 {
-                out.push(',');
+                out.push(b',');
             }
             column.push_json(row, &mut out);
         }
-        out.push(']');
+        out.push(b']');
     }
-    out.push(']');
-    out
+    out.push(b']');
+    String::from_utf8(out).expect("JSON is UTF-8")
 }
 
 /// `statement` as a driver's query for backend `DB`, with times stored as
