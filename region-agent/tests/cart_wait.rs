@@ -113,13 +113,16 @@ async fn a_cart_lets_units_it_set_aside_go_after_a_brief_wait(pool: PgPool) {
     let agent = TestAgent::start_with_settings(&db, agent_settings, None).await;
     let api = agent.api();
     eventually(
-        "aaa's grant is credited",
+        "aaa's grant is credited and the agent knows zzz",
         Duration::from_secs(10),
         async || {
-            // No row until the coordinator's directive is committed.
+            // No row until the coordinator's directive is committed; the
+            // directives are handed over one SKU after the other, so aaa's
+            // grant can be credited before zzz is known.
             let available = "SELECT COALESCE(max(available), -1) FROM sku_stock \
                              WHERE tenant = 'acme' AND sku = 'aaa'";
             db.int(available).await == STOCK as i64
+                && api.buyer_get("/v1/skus/zzz").await.0 == StatusCode::OK
         },
     )
     .await;
