@@ -210,18 +210,31 @@ impl Drop for Formation {
 }
 
 /// A port that is free with the three above it (the monitor's and the
-/// nodes').
+/// nodes'), below the kernel's ephemeral range: a port the kernel may hand
+/// to any outgoing connection (the tests make thousands) can be taken
+/// between our check and the node's start half a minute later, and the
+/// node then never listens (a standby "failed to connect" to its primary).
 fn four_free_ports() -> anyhow::Result<u16> {
-    loop {
-        let base = free_addr()?.port();
-        let free = (0..4).all(|i| {
-            base.checked_add(i)
-                .is_some_and(|port| TcpListener::bind(("127.0.0.1", port)).is_ok())
-        });
-        if free {
-            return Ok(base);
-        }
-    }
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000u16, ephemeral_from.saturating_sub(4));
+    anyhow::ensure!(
+        low < high,
+        "no ports below the ephemeral range from {ephemeral_from}"
+    );
+    // Start where this process and this moment say, so that formations of
+    // parallel test binaries do not all try the same ports first.
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .subsec_nanos();
+    let span = u32::from(high - low);
+    (0..span)
+        .map(|i| low + ((seed.wrapping_add(i.wrapping_mul(4))) % span) as u16)
+        .find(|&base| (0..4).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()))
+        .context("no four free ports below the ephemeral range")
 }
 
 /// `scripts/ha-region`.
