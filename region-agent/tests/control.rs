@@ -17,10 +17,8 @@ use escrow_core::protocol::{
     TransferMsg, WatchRequest, WatchResponse,
 };
 use escrow_core::{Mode, Sku, Tenant, TransferId};
-use region_agent::clock::SystemClock;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use region_agent::owner::Limits;
-use region_agent::store::postgres::PgStore;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
@@ -119,29 +117,16 @@ async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
         wait_timeout_ms: 30_000,
     });
     agent_settings.coordinator = Some(link);
-    let state = region_agent::start(
-        Arc::new(PgStore::new(pool.clone())),
-        Arc::new(SystemClock),
-        agent_settings,
-    )
-    .await
-    .unwrap();
-    let served = Served::start(None, |listener, shutdown| {
-        region_agent::run(listener, state.clone(), shutdown)
-    })
-    .await;
-    let api = Api::new(&served.url);
+    let db = TestDb::postgres(pool.clone());
+    let agent = TestAgent::start_with_settings(&db, agent_settings, None).await;
+    let api = agent.api();
     eventually(
         "the grant is credited",
         Duration::from_secs(10),
         async || {
-            let available: Option<i64> = sqlx::query_scalar(
-                "SELECT available FROM sku_stock WHERE tenant = 'acme' AND sku = 'tee'",
-            )
-            .fetch_optional(&pool)
-            .await
-            .unwrap();
-            available == Some(100)
+            let available = "SELECT COALESCE(max(available), -1) FROM sku_stock \
+                             WHERE tenant = 'acme' AND sku = 'tee'";
+            db.int(available).await == 100
         },
     )
     .await;
@@ -184,13 +169,9 @@ async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
         "central mode is committed",
         Duration::from_secs(10),
         async || {
-            let mode: String = sqlx::query_scalar(
-                "SELECT mode FROM sku_stock WHERE tenant = 'acme' AND sku = 'tee'",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            mode == "CENTRAL"
+            let central = "SELECT count(*) FROM sku_stock \
+                           WHERE tenant = 'acme' AND sku = 'tee' AND mode = 'CENTRAL'";
+            db.int(central).await == 1
         },
     )
     .await;
@@ -207,7 +188,6 @@ async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
         async || *coordinator.returned.lock().unwrap() >= 5,
     )
     .await;
-    served.stop().await;
-    let s = stored(&TestDb::postgres(pool.clone()), "tee").await;
-    assert_balanced(&s);
+    agent.stop().await;
+    assert_balanced(&stored(&db, "tee").await);
 }
