@@ -190,13 +190,16 @@ struct TailArgs {
     /// A buyer stops retrying 503s this long after its first request, s.
     #[arg(long, default_value_t = 60.0)]
     retry_for_s: f64,
-    /// Seed of the buyers' order over regions.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed of the buyers' order over regions (with --scenario: of its
+    /// crowd, by default the scenario's own).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Runs every shape this many times, on seeds --seed, --seed + 1, ...,
     /// and ends with how many seeds met every distance target per shape
-    /// (one seed's p99 of a small region is one buyer; judge on several).
-    #[arg(long, default_value_t = 1, conflicts_with = "scenario")]
+    /// (one seed's p99 of a small region is one buyer; judge on several);
+    /// with --scenario, also the simulator's median figures over the seeds
+    /// beside the real ones'.
+    #[arg(long, default_value_t = 1)]
     seeds: u64,
     /// --sync-interval-ms of the agents and the coordinator (default 200,
     /// or the scenario's).
@@ -331,9 +334,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// The sales a `bench tail` invocation runs.
-fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
+fn tail_sales(args: &TailArgs, seed: u64) -> anyhow::Result<Vec<Sale>> {
     if let Some(path) = &args.scenario {
-        let scenario = simulations::Scenario::load(path)?;
+        let mut scenario = simulations::Scenario::load(path)?;
+        scenario.seed = seed;
         anyhow::ensure!(args.cut_s > 0.0, "--cut-s must be positive");
         let mut sale = scenario_sale(path, &scenario, Duration::from_secs_f64(args.cut_s))?;
         sale.user_limit = args.user_limit;
@@ -390,7 +394,7 @@ fn tail_sales(args: &TailArgs) -> anyhow::Result<Vec<Sale>> {
             shape.window = Duration::from_millis(ms);
         }
         shape.retrying_max = Duration::from_secs_f64(args.retry_for_s);
-        shape.seed = args.seed;
+        shape.seed = seed;
     }
     shapes
         .iter()
@@ -448,17 +452,14 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
         (1..=1_000).contains(&args.seeds),
         "--seeds must be in 1..=1000"
     );
-    let seeded: Vec<(u64, Vec<Sale>)> = (args.seed..args.seed + args.seeds)
-        .map(|seed| {
-            let mut args = args.clone();
-            args.seed = seed;
-            tail_sales(&args).map(|sales| (seed, sales))
-        })
-        .collect::<anyhow::Result<_>>()?;
     let scenario = match &args.scenario {
         Some(path) => Some(simulations::Scenario::load(path)?),
         None => None,
     };
+    let first = args.seed.unwrap_or(scenario.as_ref().map_or(1, |s| s.seed));
+    let seeded: Vec<(u64, Vec<Sale>)> = (first..first + args.seeds)
+        .map(|seed| tail_sales(args, seed).map(|sales| (seed, sales)))
+        .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(!args.policies.is_empty(), "--policies names at least one");
     if !cli.no_build && cli.bin_dir.is_none() {
         Binaries::build().await?;
@@ -502,6 +503,7 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
     let watch = bench::interference::Watch::start();
     let mut ok = true;
     let mut verdicts = bench::tail::report::Verdicts::default();
+    let mut fidelity = bench::tail::fidelity::OverSeeds::default();
     for (seed, sales) in &seeded {
         for sale in sales {
             let mut runs = Vec::new();
@@ -513,9 +515,10 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
             if let Some(scenario) = &scenario {
                 let simulated = runs
                     .iter()
-                    .map(|run| bench::tail::fidelity::simulate(scenario, &run.policy))
+                    .map(|run| bench::tail::fidelity::simulate(scenario, &run.policy, *seed))
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 println!("{}", bench::tail::fidelity::table(&runs, &simulated));
+                fidelity.add(&runs, &simulated);
             }
             if args.timeline {
                 for run in &runs {
@@ -528,6 +531,9 @@ async fn tail(cli: &Cli, args: &TailArgs) -> anyhow::Result<()> {
     }
     if args.seeds > 1 {
         println!("{}", verdicts.table());
+        if scenario.is_some() {
+            println!("{}", fidelity.table());
+        }
     }
     println!("{}", watch.stop().summary(machine.cores));
     anyhow::ensure!(ok, "a run failed its checks (see FAILED above)");

@@ -93,6 +93,41 @@ impl Figures {
     }
 }
 
+impl Figures {
+    /// Each figure's median over `seeds` (the lower middle one of an even
+    /// count); `None` where fewer than half of the seeds have it.
+    pub fn median(seeds: &[Figures]) -> Figures {
+        let last_unit_s = median(seeds.iter().map(|f| f.last_unit_s), seeds.len());
+        let under_rtt = median(seeds.iter().map(|f| f.under_rtt), seeds.len());
+        let names = seeds.first().map_or(&[][..], |f| &f.regions[..]);
+        let regions = names
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| {
+                let waits = || seeds.iter().map(|f| f.regions.get(i).and_then(|r| r.1));
+                let p50 = median(waits().map(|w| w.map(|(p50, _)| p50)), seeds.len());
+                let p99 = median(waits().map(|w| w.map(|(_, p99)| p99)), seeds.len());
+                (name.clone(), p50.zip(p99))
+            })
+            .collect();
+        Figures {
+            last_unit_s,
+            under_rtt,
+            regions,
+        }
+    }
+}
+
+/// The median of the values present, if at least half of `of` are.
+fn median(values: impl Iterator<Item = Option<f64>>, of: usize) -> Option<f64> {
+    let mut present: Vec<f64> = values.flatten().collect();
+    if present.is_empty() || 2 * present.len() < of {
+        return None;
+    }
+    present.sort_by(f64::total_cmp);
+    Some(present[(present.len() - 1) / 2])
+}
+
 fn ms(value: f64) -> String {
     if value < 10.0 {
         format!("{value:.1}")
@@ -101,9 +136,10 @@ fn ms(value: f64) -> String {
     }
 }
 
-/// Runs the simulator on `scenario` (its own seed) under `policy`.
-pub fn simulate(scenario: &Scenario, policy: &str) -> anyhow::Result<Metrics> {
-    let output = simulations::run(scenario, policy, scenario.seed, None)
+/// Runs the simulator on `scenario` under `policy` with `seed` (the seed
+/// of the crowd the real binaries were sold to).
+pub fn simulate(scenario: &Scenario, policy: &str, seed: u64) -> anyhow::Result<Metrics> {
+    let output = simulations::run(scenario, policy, seed, None)
         .map_err(|e| anyhow::anyhow!("simulating {} under {policy}: {e}", scenario.name))?;
     Ok(output.metrics)
 }
@@ -148,19 +184,37 @@ pub fn off(sim: &Figures, real: &Figures) -> Vec<String> {
 /// One row per policy: the simulator's figures, the real binaries', and
 /// which are off; then how many rows agree on every figure.
 pub fn table(runs: &[TailRun], simulated: &[Metrics]) -> String {
+    let rows: Vec<(&str, Figures, Figures)> = runs
+        .iter()
+        .zip(simulated)
+        .map(|(run, metrics)| {
+            (
+                run.policy.as_str(),
+                Figures::of_simulation(metrics),
+                Figures::of_run(run),
+            )
+        })
+        .collect();
+    side_by_side(
+        "The simulator on the same scenario and seed (`simulate run SCENARIO --policy POLICY --seed SEED`), beside the run above",
+        &rows,
+    )
+}
+
+/// The rows of [`table`] under `title`, with the bounds and the count of
+/// policies that agree on every figure.
+fn side_by_side(title: &str, rows: &[(&str, Figures, Figures)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "The simulator on the same scenario and seed (`simulate run SCENARIO --policy POLICY`), beside the run above: last unit, holds faster than their round trip, p50/p99 ms of the hold wait per region; each figure agrees within {:.0}% or {LATENCY_BOUND_MS:.0} ms, whichever is larger.\n",
+        "{title}: last unit, holds faster than their round trip, p50/p99 ms of the hold wait per region; each figure agrees within {:.0}% or {LATENCY_BOUND_MS:.0} ms, whichever is larger.\n",
         100.0 * RELATIVE_BOUND
     );
     let _ = writeln!(out, "| policy | simulator | real binaries | agree |");
     let _ = writeln!(out, "|---|---|---|---|");
     let mut agree = 0;
-    for (run, metrics) in runs.iter().zip(simulated) {
-        let sim = Figures::of_simulation(metrics);
-        let real = Figures::of_run(run);
-        let off = off(&sim, &real);
+    for (policy, sim, real) in rows {
+        let off = off(sim, real);
         if off.is_empty() {
             agree += 1;
         }
@@ -171,8 +225,7 @@ pub fn table(runs: &[TailRun], simulated: &[Metrics]) -> String {
         };
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {verdict} |",
-            run.policy,
+            "| `{policy}` | {} | {} | {verdict} |",
             sim.cell(),
             real.cell()
         );
@@ -180,9 +233,54 @@ pub fn table(runs: &[TailRun], simulated: &[Metrics]) -> String {
     let _ = writeln!(
         out,
         "\n{agree} of {} policies agree on every figure.",
-        runs.len()
+        rows.len()
     );
     out
+}
+
+/// The figures of one scenario over several seeds, per policy: one
+/// seed's p99 of a region with a few dozen holds is one buyer's luck, so
+/// the two sides are also compared on each figure's median over the seeds.
+#[derive(Debug, Default)]
+pub struct OverSeeds {
+    /// Per policy, in run order: its name, the simulator's figures and the
+    /// real binaries', one of each per seed.
+    policies: Vec<(String, Vec<Figures>, Vec<Figures>)>,
+}
+
+impl OverSeeds {
+    /// Adds one seed's runs and the simulator's metrics of the same sale.
+    pub fn add(&mut self, runs: &[TailRun], simulated: &[Metrics]) {
+        for (run, metrics) in runs.iter().zip(simulated) {
+            let at = match self.policies.iter().position(|(p, _, _)| *p == run.policy) {
+                Some(at) => at,
+                None => {
+                    self.policies
+                        .push((run.policy.clone(), Vec::new(), Vec::new()));
+                    self.policies.len() - 1
+                }
+            };
+            let (_, sim, real) = &mut self.policies[at];
+            sim.push(Figures::of_simulation(metrics));
+            real.push(Figures::of_run(run));
+        }
+    }
+
+    /// [`table`] of each figure's median over the seeds.
+    pub fn table(&self) -> String {
+        let seeds = self.policies.first().map_or(0, |(_, sim, _)| sim.len());
+        let rows: Vec<(&str, Figures, Figures)> = self
+            .policies
+            .iter()
+            .map(|(policy, sim, real)| {
+                (policy.as_str(), Figures::median(sim), Figures::median(real))
+            })
+            .collect();
+        side_by_side(
+            &format!("The medians over the {seeds} seeds above, simulator beside real binaries"),
+            &rows,
+        )
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +307,22 @@ mod tests {
             off(&far, &real),
             ["last unit", "under rtt", "eu p50", "eu p99", "ap p99"]
         );
+    }
+
+    /// Goal: each figure's median over seeds is the middle one (the lower
+    /// of the two middle ones for an even count), whatever the seeds'
+    /// order; a figure fewer than half of the seeds have has none.
+    #[test]
+    fn medians_over_seeds_take_the_middle_figure() {
+        let seeds = [
+            figures(1.9, 0.95, (3.0, 300.0), None),
+            figures(1.5, 0.99, (2.0, 10.0), Some((2.0, 5.0))),
+            figures(1.7, 0.97, (9.0, 50.0), None),
+        ];
+        let median = Figures::median(&seeds);
+        assert_eq!(median, figures(1.7, 0.97, (3.0, 50.0), None));
+        let even = Figures::median(&seeds[..2]);
+        assert_eq!(even, figures(1.5, 0.95, (2.0, 10.0), Some((2.0, 5.0))));
     }
 
     /// Goal: a region with holds on one side only is off, as is a sale
