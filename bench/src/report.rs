@@ -339,36 +339,45 @@ pub fn comparison(c: &Comparison) -> String {
             |worst, (name, p99)| if p99 > worst.1 { (name, p99) } else { worst },
         );
     let percent = |part: f64, whole: f64| format!("{:.0}%", 100.0 * part / whole.max(1e-9));
+    // A row of `part` as a share of `whole`, met at `min` or more.
+    let share = |name: &str, part: f64, whole: f64, min: f64| {
+        (
+            name.to_owned(),
+            percent(part, whole),
+            format!(">= {:.0}%", 100.0 * min),
+            part >= min * whole,
+        )
+    };
     let checks = [
-        (
-            "agent 100 SKUs / agent hot SKU".to_owned(),
-            percent(multi, hot),
-            format!(">= {:.0}%", 100.0 * targets::MULTI_OVER_HOT_MIN),
-            multi >= targets::MULTI_OVER_HOT_MIN * hot,
+        share(
+            "agent 100 SKUs / agent hot SKU",
+            multi,
+            hot,
+            targets::MULTI_OVER_HOT_MIN,
         ),
-        (
-            "agent mix reserves / agent hot SKU".to_owned(),
-            percent(mix, hot),
-            format!(">= {:.0}%", 100.0 * targets::MIX_OVER_HOT_MIN),
-            mix >= targets::MIX_OVER_HOT_MIN * hot,
+        share(
+            "agent mix reserves / agent hot SKU",
+            mix,
+            hot,
+            targets::MIX_OVER_HOT_MIN,
         ),
-        (
-            "agent whole drop reserves / agent hot SKU".to_owned(),
-            percent(drop, hot),
-            format!(">= {:.0}%", 100.0 * targets::DROP_OVER_HOT_MIN),
-            drop >= targets::DROP_OVER_HOT_MIN * hot,
+        share(
+            "agent whole drop reserves / agent hot SKU",
+            drop,
+            hot,
+            targets::DROP_OVER_HOT_MIN,
         ),
-        (
-            "agent central mode through a coordinator / agent hot SKU".to_owned(),
-            percent(central, hot),
-            format!(">= {:.0}%", 100.0 * targets::CENTRAL_OVER_HOT_MIN),
-            central >= targets::CENTRAL_OVER_HOT_MIN * hot,
+        share(
+            "agent central mode through a coordinator / agent hot SKU",
+            central,
+            hot,
+            targets::CENTRAL_OVER_HOT_MIN,
         ),
-        (
-            "agent on SQLite hot SKU / on PostgreSQL".to_owned(),
-            percent(sqlite, hot),
-            format!(">= {:.0}%", 100.0 * targets::SQLITE_OVER_POSTGRES_MIN),
-            sqlite >= targets::SQLITE_OVER_POSTGRES_MIN * hot,
+        share(
+            "agent on SQLite hot SKU / on PostgreSQL",
+            sqlite,
+            hot,
+            targets::SQLITE_OVER_POSTGRES_MIN,
         ),
         (
             "agent cart items / agent hot SKU (no target)".to_owned(),
@@ -376,11 +385,11 @@ pub fn comparison(c: &Comparison) -> String {
             "-".to_owned(),
             true,
         ),
-        (
-            "agent mix settled / mix reserves".to_owned(),
-            percent(mix_settled, mix),
-            format!(">= {:.0}%", 100.0 * targets::MIX_SETTLED_OVER_HELD_MIN),
-            mix_settled >= targets::MIX_SETTLED_OVER_HELD_MIN * mix,
+        share(
+            "agent mix settled / mix reserves",
+            mix_settled,
+            mix,
+            targets::MIX_SETTLED_OVER_HELD_MIN,
         ),
         (
             "agent hot SKU / naive".to_owned(),
@@ -388,23 +397,23 @@ pub fn comparison(c: &Comparison) -> String {
             format!(">= {:.0}x", targets::AGENT_OVER_NAIVE_MIN),
             hot >= targets::AGENT_OVER_NAIVE_MIN * naive,
         ),
-        (
-            "agent hot SKU / HTTP ceiling".to_owned(),
-            percent(hot, ceiling),
-            format!(">= {:.0}%", 100.0 * targets::AGENT_OVER_CEILING_MIN),
-            hot >= targets::AGENT_OVER_CEILING_MIN * ceiling,
+        share(
+            "agent hot SKU / HTTP ceiling",
+            hot,
+            ceiling,
+            targets::AGENT_OVER_CEILING_MIN,
         ),
-        (
-            "agent hot SKU / composed limit of a durable hold".to_owned(),
-            percent(hot, composed),
-            format!(">= {:.0}%", 100.0 * targets::AGENT_OVER_LIMIT_MIN),
-            hot >= targets::AGENT_OVER_LIMIT_MIN * composed,
+        share(
+            "agent hot SKU / composed limit of a durable hold",
+            hot,
+            composed,
+            targets::AGENT_OVER_LIMIT_MIN,
         ),
-        (
-            "agent sold-out / HTTP ceiling".to_owned(),
-            percent(sold_out, ceiling),
-            format!(">= {:.0}%", 100.0 * targets::SOLD_OUT_OVER_CEILING_MIN),
-            sold_out >= targets::SOLD_OUT_OVER_CEILING_MIN * ceiling,
+        share(
+            "agent sold-out / HTTP ceiling",
+            sold_out,
+            ceiling,
+            targets::SOLD_OUT_OVER_CEILING_MIN,
         ),
         (
             if c.agent_hot.clients == targets::P99_CLIENTS {
@@ -426,12 +435,11 @@ pub fn comparison(c: &Comparison) -> String {
         ),
     ];
     let standby = c.standby.as_ref().ok().map(|standby| {
-        let rate = standby.hot.rate(&SALES);
-        (
-            "agent hot SKU, synchronous standby / single server".to_owned(),
-            percent(rate, hot),
-            format!(">= {:.0}%", 100.0 * targets::STANDBY_OVER_SINGLE_MIN),
-            rate >= targets::STANDBY_OVER_SINGLE_MIN * hot,
+        share(
+            "agent hot SKU, synchronous standby / single server",
+            standby.hot.rate(&SALES),
+            hot,
+            targets::STANDBY_OVER_SINGLE_MIN,
         )
     });
     for (name, measured, target, met) in checks.into_iter().chain(standby) {
