@@ -91,9 +91,7 @@ impl Figures {
         }
         parts.join(", ")
     }
-}
 
-impl Figures {
     /// Each figure's median over `seeds` (the lower middle one of an even
     /// count); `None` where fewer than half of the seeds have it.
     pub fn median(seeds: &[Figures]) -> Figures {
