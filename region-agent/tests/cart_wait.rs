@@ -15,8 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
-    LimitsDown, LimitsUp, SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse,
-    TransferMsg, WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
+    WatchRequest, WatchResponse,
 };
 use escrow_core::{Mode, Sku, Tenant, TransferId};
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
@@ -33,21 +33,6 @@ const STOCK: u64 = 5;
 /// grants nothing, saying each time that units are free elsewhere (so a
 /// buyer of `zzz` waits for them).
 struct Stingy;
-
-fn directive(sku: &str) -> SkuDirective {
-    SkuDirective {
-        user_limit_scope: Default::default(),
-        limit_regions: Vec::new(),
-        tenant: Tenant::parse("acme").unwrap(),
-        sku: Sku::parse(sku).unwrap(),
-        mode: Mode::Escrow,
-        paused: false,
-        max_per_user: 1,
-        hold_ttl_ms: 600_000,
-        return_until: 0,
-        sold_out_everywhere: false,
-    }
-}
 
 #[async_trait]
 impl CoordinatorClient for Stingy {
@@ -68,14 +53,15 @@ impl CoordinatorClient for Stingy {
             grants,
             confirmed: req.acks.clone(),
             applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
-            skus: vec![directive("aaa"), directive("zzz")],
+            skus: vec![
+                directive("aaa", Mode::Escrow, 0),
+                directive("zzz", Mode::Escrow, 0),
+            ],
         })
     }
 
     async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
-        Err(ClientError::Unreachable(
-            "no notices from this coordinator".into(),
-        ))
+        Err(no_notices())
     }
 
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError> {

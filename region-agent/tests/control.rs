@@ -33,21 +33,6 @@ struct Scripted {
     returned: Mutex<u64>,
 }
 
-fn directive(mode: Mode, return_until: u64) -> SkuDirective {
-    SkuDirective {
-        user_limit_scope: Default::default(),
-        limit_regions: Vec::new(),
-        tenant: Tenant::parse("acme").unwrap(),
-        sku: Sku::parse("tee").unwrap(),
-        mode,
-        paused: false,
-        max_per_user: 1,
-        hold_ttl_ms: 600_000,
-        return_until,
-        sold_out_everywhere: false,
-    }
-}
-
 const GRANT: &str = "g-initial";
 
 #[async_trait]
@@ -80,9 +65,7 @@ impl CoordinatorClient for Scripted {
     }
 
     async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
-        Err(ClientError::Unreachable(
-            "no notices from this coordinator".into(),
-        ))
+        Err(no_notices())
     }
 
     async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {
@@ -109,7 +92,7 @@ test_support::postgres_only!(
 /// buyer gets a definite answer and the counters equal the rows.
 async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
     let coordinator = Arc::new(Scripted::default());
-    *coordinator.standing.lock().unwrap() = Some(directive(Mode::Escrow, 0));
+    *coordinator.standing.lock().unwrap() = Some(directive("tee", Mode::Escrow, 0));
     let link = Arc::new(CoordinatorLink::new(coordinator.clone(), 20));
     let mut agent_settings = settings(Limits {
         max_in_flight: 8,
@@ -156,7 +139,7 @@ async fn a_full_queue_never_drops_a_directive(pool: PgPool) {
     })
     .await;
 
-    *coordinator.once.lock().unwrap() = Some(directive(Mode::Central, 5));
+    *coordinator.once.lock().unwrap() = Some(directive("tee", Mode::Central, 5));
     eventually(
         "the directive was sent",
         Duration::from_secs(10),

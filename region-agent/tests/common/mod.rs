@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use escrow_core::{RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::protocol::SkuDirective;
+use escrow_core::{Mode, RegionName, Sku, SkuSettings, Tenant};
 use region_agent::auth::Auth;
 use region_agent::clock::{Clock, ManualClock, SystemClock};
+use region_agent::coordinator_client::ClientError;
 use region_agent::owner::{Limits, OwnerHandle};
 use region_agent::store::postgres::PgStore;
 use region_agent::store::sqlite::SqliteStore;
@@ -68,6 +70,29 @@ pub fn settings(limits: Limits) -> AgentSettings {
         coordinator: None,
         keys: region_agent::KeyMemory::default(),
     }
+}
+
+/// What a scripted coordinator says of acme's `sku`: in `mode`, one per
+/// user, holds of 10 minutes, units above `return_until` given back.
+pub fn directive(sku: &str, mode: Mode, return_until: u64) -> SkuDirective {
+    SkuDirective {
+        user_limit_scope: Default::default(),
+        limit_regions: Vec::new(),
+        tenant: Tenant::parse("acme").unwrap(),
+        sku: Sku::parse(sku).unwrap(),
+        mode,
+        paused: false,
+        max_per_user: 1,
+        hold_ttl_ms: 600_000,
+        return_until,
+        sold_out_everywhere: false,
+    }
+}
+
+/// A scripted coordinator's answer to a watch: it sends no notices, so
+/// the agent learns everything from its syncs.
+pub fn no_notices() -> ClientError {
+    ClientError::Unreachable("no notices from this coordinator".into())
 }
 
 /// An empty batch of acme/drop at `now_ms`, for a test to fill.
