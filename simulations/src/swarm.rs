@@ -13,7 +13,9 @@
 //! buyer done, every hold resolved, no transfer unacknowledged, every
 //! report current, every borrowed place settled, leases equal to quotas,
 //! audit drift 0. A seed that does
-//! not converge in time fails too.
+//! not converge in time fails too, and so does one that told a buyer
+//! SOLD_OUT while its units were free before any hold had ended
+//! ([`World::unfounded_sold_outs`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -303,6 +305,15 @@ pub fn check_seed(seed: u64) -> Result<SwarmPass, SwarmFailure> {
         }
         w.check_books()
             .map_err(|v| fail("liveness", v.to_string()))?;
+        if w.unfounded_sold_outs() > 0 {
+            return Err(fail(
+                "safety",
+                format!(
+                    "{} SOLD_OUT answers while the buyer's units were free and no hold had ended",
+                    w.unfounded_sold_outs()
+                ),
+            ));
+        }
         let census = w.census();
         let metrics = w.finish(0);
         Ok(SwarmPass {

@@ -90,8 +90,14 @@ impl World {
             // replay means the book lost track of a request: count the buyer done.
             Answer::Replay | Answer::UserLimit | Answer::KeyReused => self.done(b, false),
             Answer::SoldOut => {
-                if self.free_units() > 0 {
+                let free = self.free_units();
+                if free > 0 {
                     self.rec.false_sold_out(r);
+                }
+                let none_ended = self.released_holds == 0
+                    && self.agents.iter().all(|a| a.stats.expired_units == 0);
+                if free >= u64::from(buyer.qty) && none_ended {
+                    self.unfounded_sold_outs += 1;
                 }
                 self.retry_or_give_up(b, at_us, true);
             }

@@ -160,6 +160,9 @@ pub struct World {
     first_turned_away_arrival_us: Option<u64>,
     order_inversions: u64,
     released_holds: u64,
+    /// SOLD_OUT answers while the buyer's units were free somewhere and
+    /// no hold had ended yet (see [`World::unfounded_sold_outs`]).
+    unfounded_sold_outs: u64,
     confirms_refused: u64,
     sell_out_us: Option<u64>,
     last_hold_us: Option<u64>,
@@ -284,6 +287,7 @@ impl World {
             first_turned_away_arrival_us: None,
             order_inversions: 0,
             released_holds: 0,
+            unfounded_sold_outs: 0,
             confirms_refused: 0,
             sell_out_us: None,
             last_hold_us: None,
@@ -351,6 +355,15 @@ impl World {
             at_ms: self.ms_after_start(self.now_us) as i64,
             what,
         }
+    }
+
+    /// SOLD_OUT answers given while at least the buyer's quantity was free
+    /// somewhere (a region, the pool or in transit) before any hold was
+    /// released or expired. Once units come back, a region's cached
+    /// sold-out lasts until the coordinator's next word reaches it, by
+    /// design; before that, nothing may be called sold out that is not.
+    pub fn unfounded_sold_outs(&self) -> u64 {
+        self.unfounded_sold_outs
     }
 
     /// Whether the sale is over: every buyer arrived and is done, and no unit is held.
