@@ -91,6 +91,8 @@ pub struct Network {
     pub partitions: Vec<u32>,
     /// Active coordinator outages.
     pub coordinator_down: u32,
+    /// Active coordinator freezes.
+    pub coordinator_frozen: u32,
     /// What happened so far.
     pub stats: NetStats,
 }
@@ -118,6 +120,7 @@ impl Network {
             faults_on: true,
             partitions: vec![0; scenario.regions.len()],
             coordinator_down: 0,
+            coordinator_frozen: 0,
             stats: NetStats::default(),
         }
     }
@@ -166,5 +169,6 @@ impl Network {
         self.faults_on = false;
         self.partitions.iter_mut().for_each(|p| *p = 0);
         self.coordinator_down = 0;
+        self.coordinator_frozen = 0;
     }
 }

@@ -142,6 +142,7 @@ pub fn case(seed: u64) -> SwarmCase {
     let kinds = [
         FaultKind::Partition,
         FaultKind::CoordinatorDown,
+        FaultKind::CoordinatorFrozen,
         FaultKind::AgentCrash,
     ];
     let faults = (0..g.range(0, 4))

@@ -427,3 +427,20 @@ proptest! {
         }
     }
 }
+
+/// Goal: under `proportional`, a surplus smaller than `recall_min_units`
+/// stays where it is after a report (no churn), but a take that came back
+/// short (a region's buyers waiting now) asks it back, so the last units
+/// move instead of leaving those buyers to wait until they give up.
+#[test]
+fn proportional_recalls_a_small_surplus_when_buyers_wait() {
+    let policy = ProportionalShare::default();
+    let sku = SkuState {
+        total: 300,
+        pool: 0,
+        mode: Mode::Escrow,
+        regions: vec![region(1, 0, 0.25), region(1, 2, 0.0)],
+    };
+    assert!(policy.plan(&sku).recalls.is_empty());
+    assert_eq!(policy.plan_short(&sku).recalls, vec![(1, 2)]);
+}

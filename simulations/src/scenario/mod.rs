@@ -36,6 +36,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../../scenarios/coordinator-down.toml"),
     ),
     (
+        "coordinator-frozen",
+        include_str!("../../scenarios/coordinator-frozen.toml"),
+    ),
+    (
         "abandon-30",
         include_str!("../../scenarios/abandon-30.toml"),
     ),
@@ -135,7 +139,7 @@ pub struct Scenario {
     /// Message loss, duplication and reordering between agents and coordinator.
     #[serde(default)]
     pub network: NetworkConfig,
-    /// Windows of partition, coordinator outage and agent crash.
+    /// Windows of partition, coordinator outage or freeze, and agent crash.
     #[serde(default)]
     pub faults: Vec<FaultConfig>,
     /// Settings of every policy.
@@ -325,7 +329,7 @@ impl Scenario {
                 return bad("a fault needs duration_s > 0".into());
             }
             match (f.kind, &f.region) {
-                (FaultKind::CoordinatorDown, _) => {}
+                (FaultKind::CoordinatorDown | FaultKind::CoordinatorFrozen, _) => {}
                 (_, Some(r)) if self.region_index(r).is_some() => {}
                 _ => return bad("partition and agent-crash faults need a known region".into()),
             }

@@ -84,6 +84,11 @@ pub enum FaultKind {
     Partition,
     /// The coordinator is unreachable; its state survives (it is in its database).
     CoordinatorDown,
+    /// The coordinator's process is stopped (`SIGSTOP`, a long pause):
+    /// what reaches it waits unanswered and is served, in the order it
+    /// came, when the process resumes, including calls whose callers have
+    /// given up by then.
+    CoordinatorFrozen,
     /// A region agent crashes and restarts; its database survives, memory does not.
     AgentCrash,
 }

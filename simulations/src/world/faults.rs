@@ -1,4 +1,4 @@
-//! Faults in the world: partitions, a coordinator outage, agent crashes,
+//! Faults in the world: partitions, a coordinator outage or freeze, agent crashes,
 //! started and ended on a schedule or when a share of the stock is taken.
 
 use super::*;
@@ -23,6 +23,7 @@ impl World {
             match (kind, region) {
                 (FaultKind::Partition, Some(r)) => self.network.partitions[r] += 1,
                 (FaultKind::CoordinatorDown, _) => self.network.coordinator_down += 1,
+                (FaultKind::CoordinatorFrozen, _) => self.network.coordinator_frozen += 1,
                 (FaultKind::AgentCrash, Some(r)) => {
                     self.agent_down[r] += 1;
                     if self.agent_down[r] == 1 {
@@ -46,6 +47,11 @@ impl World {
                 (FaultKind::CoordinatorDown, _) => {
                     self.network.coordinator_down = self.network.coordinator_down.saturating_sub(1)
                 }
+                (FaultKind::CoordinatorFrozen, _) => {
+                    self.network.coordinator_frozen =
+                        self.network.coordinator_frozen.saturating_sub(1);
+                    self.thaw();
+                }
                 (FaultKind::AgentCrash, Some(r)) => {
                     self.agent_down[r] -= 1;
                     if self.agent_down[r] == 0 {
@@ -68,6 +74,7 @@ impl World {
         }
         self.sold_triggers = false;
         self.network.heal();
+        self.thaw();
         self.census = self.compute_census();
     }
 
@@ -90,6 +97,17 @@ impl World {
             && self.census.free() == 0
         {
             self.sell_out_us = Some(self.now_us);
+        }
+    }
+
+    /// Once the coordinator runs again, it serves what reached it while it
+    /// was frozen, now, in the order it came.
+    fn thaw(&mut self) {
+        if self.network.coordinator_frozen > 0 {
+            return;
+        }
+        for env in std::mem::take(&mut self.frozen_inbox) {
+            self.queue.push(self.now_us, Event::Deliver(Box::new(env)));
         }
     }
 }

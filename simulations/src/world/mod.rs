@@ -145,6 +145,9 @@ pub struct World {
     rec: Recorder,
     faults: Vec<FaultState>,
     agent_down: Vec<u32>,
+    /// Messages that reached the coordinator while it was frozen, in the
+    /// order they came.
+    frozen_inbox: Vec<Envelope>,
     sold_triggers: bool,
     effects: Vec<Effect>,
     /// When the machine's CPU is next free for a commit's rows, µs (used
@@ -276,6 +279,7 @@ impl World {
             sold_triggers: faults.iter().any(|f| f.cfg.start_sold.is_some()),
             faults,
             agent_down: vec![0; s.regions.len()],
+            frozen_inbox: Vec::new(),
             effects: Vec::new(),
             machine_free_at_us: 0,
             arrived: 0,
@@ -543,6 +547,10 @@ impl World {
             return;
         }
         let now = self.now_us;
+        if env.payload.to_coordinator() && self.network.coordinator_frozen > 0 {
+            self.frozen_inbox.push(env);
+            return;
+        }
         if env.payload.to_coordinator() {
             let reply = if self.network.coordinator_down > 0 {
                 Some(Payload::Refused)
