@@ -445,6 +445,9 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
         let stopped = history.now();
         tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.coordinator().signal("-CONT").await.unwrap();
+        if let Some(end) = cluster.coordinator().ended() {
+            panic!("the coordinator {end} during its freeze");
+        }
         stopped..history.now()
     };
     let ((), frozen) = tokio::join!(cluster.sell(&history), freeze);

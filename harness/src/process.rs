@@ -166,6 +166,21 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// How the child ended, if it has: read from the kernel's entry of the
+    /// process nobody has waited for yet (Linux's `/proc/PID/stat`: state
+    /// `Z`, and its exit code), so a test that holds the server by shared
+    /// reference can tell a server that died, and how, from one that does
+    /// not answer. `None` while it runs.
+    pub fn ended(&self) -> Option<String> {
+        let Some(pid) = self.child.id() else {
+            return Some("was waited for already".into());
+        };
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => end_in_stat(&stat),
+            Err(_) => Some("left no process entry".into()),
+        }
+    }
+
     /// Sends `signal` as `kill` spells it (`-STOP`, `-CONT`, `-TERM`).
     pub async fn signal(&self, signal: &str) -> anyhow::Result<()> {
         let pid = self
@@ -238,6 +253,22 @@ pub async fn is_ready(addr: SocketAddr) -> bool {
         client::once(addr, Method::GET, "/readyz", &probe, None).await,
         Ok((status, _)) if status.is_success()
     )
+}
+
+/// How a process ended, from its `/proc/PID/stat` line: `None` unless it
+/// is a zombie (state `Z`), whose 52nd field is its exit status as
+/// waitpid(2) reports it.
+fn end_in_stat(stat: &str) -> Option<String> {
+    // Fields after the command's closing parenthesis, from the state (3rd) on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() != Some(&"Z") {
+        return None;
+    }
+    let code: i32 = fields.get(52 - 3)?.parse().ok()?;
+    Some(match code & 0x7f {
+        0 => format!("exited with status {}", code >> 8),
+        signal => format!("was killed by signal {signal}"),
+    })
 }
 
 /// Spawns the child `launch` describes, without waiting for it.
@@ -433,5 +464,39 @@ mod tests {
         std::fs::write(&log, "INFO one\nINFO two\n").unwrap();
         assert_eq!(log_excerpt(&log), "INFO one\nINFO two");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Goal: a child that died and was not waited for is read as such from
+    /// the kernel's entry, with the signal that killed it or its exit
+    /// status; a running one as running.
+    #[test]
+    fn reads_how_an_unwaited_child_ended() {
+        let stat = |child: &std::process::Child| {
+            std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap()
+        };
+        let until_ended = |child: &std::process::Child| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(end) = end_in_stat(&stat(child)) {
+                    return end;
+                }
+                assert!(Instant::now() < deadline, "the child never ended");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let mut running = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(end_in_stat(&stat(&running)), None);
+        running.kill().unwrap();
+        assert_eq!(until_ended(&running), "was killed by signal 9");
+        running.wait().unwrap();
+        let mut failing = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        assert_eq!(until_ended(&failing), "exited with status 3");
+        failing.wait().unwrap();
     }
 }
