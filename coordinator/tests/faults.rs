@@ -459,7 +459,13 @@ async fn a_frozen_coordinator_delays_but_loses_nothing(db: TestDb) {
     );
     assert!(
         paused > 0,
-        "eu's buyers beyond its quota waited for the coordinator"
+        "eu's buyers beyond its quota waited for the coordinator (frozen from {:.2?} to {:.2?}):\n\
+         before:\n{}\nduring:\n{}\nafter:\n{}",
+        frozen.start,
+        frozen.end,
+        history.summary(Duration::ZERO..frozen.start),
+        history.summary(frozen.clone()),
+        history.summary(frozen.end..Duration::MAX),
     );
     cluster
         .check(
