@@ -22,6 +22,7 @@
 //! - [`protocol`]: the messages between region agents and the coordinator.
 //! - [`rate`]: a region's recent sale rate, for the policy.
 //! - [`reports`]: which SKU reports an agent's sync carries, and when it is full.
+//! - [`round_trip`]: the round trip to the coordinator an agent's syncs report.
 //! - [`user_limit`]: who judges a user's one reservation of a SKU across regions.
 
 pub mod admission;
@@ -38,6 +39,7 @@ pub mod protocol;
 pub mod rate;
 pub mod reports;
 pub mod reservation;
+pub mod round_trip;
 pub mod user_limit;
 
 pub use admission::{plan_reserves, Deadline, ReservePlan};
@@ -55,4 +57,5 @@ pub use policy_choice::{ChoiceError, PolicyChoice};
 pub use rate::RateMeter;
 pub use reports::Reports;
 pub use reservation::{Lifecycle, Refusal, Reservation, Status, Transition};
+pub use round_trip::RoundTrip;
 pub use user_limit::UserLimitScope;

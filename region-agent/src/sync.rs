@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use escrow_core::protocol::{
     merge_transfers, SkuDirective, SkuReport, SyncRequest, SyncResponse, TransferMsg, WatchRequest,
 };
-use escrow_core::{Reports, Sku, SkuSettings, Tenant};
+use escrow_core::{Reports, RoundTrip, Sku, SkuSettings, Tenant};
 use tokio::sync::watch;
 
 use crate::coordinator_client::{ClientError, CoordinatorLink};
@@ -46,7 +46,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
     ));
     tokio::spawn(crate::borrows::relay(state.clone(), stop.clone()));
     let mut seq = 0u64;
-    let mut rtt_ms = 0u64;
+    let mut round_trip = RoundTrip::default();
     let mut reports = Reports::default();
     loop {
         tokio::select! {
@@ -84,7 +84,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             limits: state.borrows().to_send(&snapshot),
             epoch: state.fence().epoch().0,
             seq,
-            rtt_ms,
+            rtt_ms: round_trip.estimate_ms(),
             skus,
             acks: snapshot.unconfirmed_grants,
             returns: snapshot.pending_returns,
@@ -95,7 +95,7 @@ pub async fn run(state: AppState, link: Arc<CoordinatorLink>, mut stop: watch::R
             Ok(resp) => {
                 reports.answered(&req);
                 state.borrows().sent(&req.limits);
-                rtt_ms = started.elapsed().as_millis() as u64;
+                round_trip.record(started.elapsed().as_millis() as u64);
                 link.set_down(false);
                 apply(&state, resp).await;
             }

@@ -121,7 +121,7 @@ impl Agent {
             limits: self.limits_to_send(),
             epoch: i64::from(self.epoch),
             seq: self.sync_seq,
-            rtt_ms: self.last_rtt_ms,
+            rtt_ms: self.round_trip.estimate_ms(),
             skus,
             acks: self.db.pending_acks.clone(),
             returns,
@@ -208,7 +208,7 @@ impl Agent {
             return;
         };
         self.reports.answered(&sent.req);
-        self.last_rtt_ms = (now_us - sent.sent_us) / 1_000;
+        self.round_trip.record((now_us - sent.sent_us) / 1_000);
         self.link_down = false;
         if let Some(d) = resp.skus.first() {
             self.follow(d, &resp.grants);

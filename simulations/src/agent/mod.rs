@@ -40,7 +40,8 @@ use escrow_core::owner::{
 };
 use escrow_core::protocol::{SkuDirective, TransferMsg};
 use escrow_core::{
-    Book, Mode, RegionName, Reports, RequestKey, Reservation, Sku, SkuSettings, Tenant, TransferId,
+    Book, Mode, RegionName, Reports, RequestKey, Reservation, RoundTrip, Sku, SkuSettings, Tenant,
+    TransferId,
 };
 
 use crate::database::Database;
@@ -129,7 +130,8 @@ pub struct Agent {
     /// A sync was asked for while one was in flight: the next starts at once.
     sync_again: bool,
     sync_seq: u64,
-    last_rtt_ms: u64,
+    /// The round trip its syncs report.
+    round_trip: RoundTrip,
     /// Borrows and loans under a global per-user limit, in memory.
     borrowing: Borrowing,
 }
@@ -173,7 +175,7 @@ impl Agent {
             sync_gen: 0,
             sync_again: false,
             sync_seq: 0,
-            last_rtt_ms: 0,
+            round_trip: RoundTrip::default(),
             borrowing: Borrowing::default(),
         }
     }
