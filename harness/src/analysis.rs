@@ -56,6 +56,13 @@ pub struct RegionStats {
     /// Holds answered faster than the region's round trip: none of them
     /// can have waited for the coordinator.
     pub holds_under_rtt: u64,
+    /// Buyers whose story ended SOLD_OUT.
+    pub sold_outs: u64,
+    /// Wait of those buyers from their first send to their SOLD_OUT, µs:
+    /// p50, p99 (0 without any). A buyer kept waiting for units another
+    /// region holds and then told SOLD_OUT is not in the holds' figures,
+    /// and a sold-out answer should be the cheapest one.
+    pub sold_out_wait_us: [i64; 2],
     /// Every answer the region's buyers got.
     pub answers: Tally,
 }
@@ -77,7 +84,8 @@ fn quantile(sorted: &[i64], q: f64) -> i64 {
     sorted[rank - 1]
 }
 
-/// Per region: holds, their waits, how many beat the round trip, answers.
+/// Per region: holds, their waits, how many beat the round trip, the
+/// sold-out answers' waits, answers.
 fn per_region(logs: &[BuyerLog], totals: &Totals) -> Vec<RegionStats> {
     totals
         .regions
@@ -87,14 +95,17 @@ fn per_region(logs: &[BuyerLog], totals: &Totals) -> Vec<RegionStats> {
             let rtt_ms = totals.rtt_ms.get(i).copied().unwrap_or(0);
             let mine = logs.iter().filter(|l| usize::from(l.region) == i);
             let mut answers = Tally::default();
-            let mut waits = Vec::new();
+            let (mut waits, mut sold_out_waits) = (Vec::new(), Vec::new());
             for log in mine {
                 answers.merge(&log.answers);
-                if log.end == End::Held {
-                    waits.push(log.ended_us - log.first_sent_us);
+                match log.end {
+                    End::Held => waits.push(log.ended_us - log.first_sent_us),
+                    End::SoldOut => sold_out_waits.push(log.ended_us - log.first_sent_us),
+                    End::GaveUp | End::Refused(_) => {}
                 }
             }
             waits.sort_unstable();
+            sold_out_waits.sort_unstable();
             let rtt_us = i64::try_from(rtt_ms)
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1_000);
@@ -104,6 +115,8 @@ fn per_region(logs: &[BuyerLog], totals: &Totals) -> Vec<RegionStats> {
                 holds: waits.len() as u64,
                 hold_wait_us: [0.5, 0.99, 0.999].map(|q| quantile(&waits, q)),
                 holds_under_rtt: waits.iter().filter(|w| **w < rtt_us).count() as u64,
+                sold_outs: sold_out_waits.len() as u64,
+                sold_out_wait_us: [0.5, 0.99].map(|q| quantile(&sold_out_waits, q)),
                 answers,
             }
         })
@@ -411,6 +424,9 @@ mod tests {
         assert_eq!(eu.holds_under_rtt, 9);
         assert_eq!(eu.hold_wait_us, [100, 50_000, 50_000]);
         assert_eq!(eu.under_rtt_share(), Some(0.9));
+        // SOLD_OUT after 100 ms, both.
+        assert_eq!(eu.sold_outs, 2);
+        assert_eq!(eu.sold_out_wait_us, [100_000, 100_000]);
         assert_eq!(eu.answers[Outcome::Held], 10);
         assert_eq!(eu.answers[Outcome::SoldOut], 2);
     }

@@ -188,22 +188,26 @@ pub fn under_rtt_share(run: &TailRun) -> Option<f64> {
 
 /// Per policy and region: the round trip, the holds' waits from a buyer's
 /// first send to its HELD, the share answered faster than the round trip,
-/// and every answer; then the distance targets against `central` in the
-/// same run.
+/// how long buyers told SOLD_OUT waited for it, and every answer; then
+/// the distance targets against `central` in the same run.
 pub fn distance_table(runs: &[TailRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| policy | region (round trip) | holds | p50 ms | p99 ms | p99.9 ms | faster than its round trip | answers |"
+        "| policy | region (round trip) | holds | p50 ms | p99 ms | p99.9 ms | faster than its round trip | SOLD_OUT p50 / p99 ms | answers |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---|");
     for run in runs {
         for r in &run.stats.regions {
             let share = r.under_rtt_share().map_or("n/a".into(), percent_1);
             let [p50, p99, p999] = r.hold_wait_us;
+            let sold_out = match r.sold_out_wait_us {
+                _ if r.sold_outs == 0 => "-".to_owned(),
+                [p50, p99] => format!("{} / {}", ms(p50), ms(p99)),
+            };
             let _ = writeln!(
                 out,
-                "| `{}` | {} ({} ms) | {} | {} | {} | {} | {share} | {} |",
+                "| `{}` | {} ({} ms) | {} | {} | {} | {} | {share} | {sold_out} | {} |",
                 run.policy,
                 r.name,
                 r.rtt_ms,
@@ -217,7 +221,7 @@ pub fn distance_table(runs: &[TailRun]) -> String {
         if let Some(share) = under_rtt_share(run) {
             let _ = writeln!(
                 out,
-                "| `{}` | all | {} | | | | {} | |",
+                "| `{}` | all | {} | | | | {} | | |",
                 run.policy,
                 thousands(run.stats.held_units as f64),
                 percent_1(share)
