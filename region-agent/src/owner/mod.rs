@@ -369,6 +369,12 @@ impl Driver {
         loop {
             self.deliver();
             if self.owner.take_sync_due() {
+                // The sync reads the region's demand from the view, which
+                // is otherwise published only after the batch: a first
+                // figure of demand went out as the 0 before it, and the
+                // coordinator heard it a round trip and a sync interval
+                // later (a far region's units stayed frozen meanwhile).
+                self.view.publish_rate(&self.owner);
                 self.request_sync();
             }
             let Some(io) = self.owner.poll_io() else {

@@ -101,10 +101,17 @@ impl SkuView {
         self.coordinated.store(coordinated, Ordering::Release);
         self.sold_out_everywhere
             .store(owner.is_sold_out_everywhere(), Ordering::Release);
-        self.rate_bits
-            .store(owner.sale_rate_per_s().to_bits(), Ordering::Release);
+        self.publish_rate(owner);
         self.set_aside
             .store(owner.units_set_aside(), Ordering::Release);
+    }
+
+    /// Copies the owner's demand alone, between two [`Self::publish`]es:
+    /// a sync the owner asks for in the middle of a batch reads it here,
+    /// and must carry the figure that asked for it.
+    pub fn publish_rate(&self, owner: &SkuOwner) {
+        self.rate_bits
+            .store(owner.sale_rate_per_s().to_bits(), Ordering::Release);
     }
 
     /// Marks the SKU halted (its owner stopped).

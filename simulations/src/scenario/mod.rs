@@ -72,6 +72,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("dist-five", include_str!("../../scenarios/dist-five.toml")),
     (
+        "dist-five-short",
+        include_str!("../../scenarios/dist-five-short.toml"),
+    ),
+    (
         "dist-burst",
         include_str!("../../scenarios/dist-burst.toml"),
     ),
