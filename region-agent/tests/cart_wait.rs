@@ -15,10 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
-    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
-    WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest,
+    WatchResponse,
 };
-use escrow_core::{Mode, Sku, Tenant, TransferId};
+use escrow_core::Mode;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use region_agent::owner::Limits;
 use reqwest::StatusCode;
@@ -37,27 +37,12 @@ struct Stingy;
 #[async_trait]
 impl CoordinatorClient for Stingy {
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
-        let grant = TransferId::parse("g-aaa").unwrap();
-        let grants = if req.acks.contains(&grant) {
-            Vec::new()
-        } else {
-            vec![TransferMsg {
-                id: grant,
-                tenant: Tenant::parse("acme").unwrap(),
-                sku: Sku::parse("aaa").unwrap(),
-                units: STOCK,
-            }]
-        };
-        Ok(SyncResponse {
-            limits: Default::default(),
-            grants,
-            confirmed: req.acks.clone(),
-            applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
-            skus: vec![
-                directive("aaa", Mode::Escrow, 0),
-                directive("zzz", Mode::Escrow, 0),
-            ],
-        })
+        let grants = grant_until_acked(req, "g-aaa", "aaa", STOCK);
+        let skus = vec![
+            directive("aaa", Mode::Escrow, 0),
+            directive("zzz", Mode::Escrow, 0),
+        ];
+        Ok(sync_answer(req, grants, skus))
     }
 
     async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
@@ -65,11 +50,7 @@ impl CoordinatorClient for Stingy {
     }
 
     async fn take(&self, req: &TakeRequest) -> Result<TakeResponse, ClientError> {
-        Ok(TakeResponse {
-            grant: None,
-            sold_out_everywhere: req.sku.as_str() == "aaa",
-            paused: false,
-        })
+        Ok(nothing_taken(req.sku.as_str() == "aaa"))
     }
 
     async fn limits(&self, _req: &LimitsUp) -> Result<LimitsDown, ClientError> {

@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
     LimitsDown, LimitsUp, SkuDirective, SyncRequest, SyncResponse, TakeRequest, TakeResponse,
-    TransferMsg, WatchRequest, WatchResponse,
+    WatchRequest, WatchResponse,
 };
-use escrow_core::{Mode, Sku, Tenant, TransferId};
+use escrow_core::Mode;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use region_agent::owner::Limits;
 use reqwest::StatusCode;
@@ -39,27 +39,13 @@ const GRANT: &str = "g-initial";
 impl CoordinatorClient for Scripted {
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
         *self.returned.lock().unwrap() += req.returns.iter().map(|r| r.units).sum::<u64>();
-        let acked = req.acks.iter().any(|a| a == GRANT);
-        let mut resp = SyncResponse {
-            limits: Default::default(),
-            grants: Vec::new(),
-            confirmed: req.acks.clone(),
-            applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
-            skus: Vec::new(),
-        };
+        let mut resp = sync_answer(req, Vec::new(), Vec::new());
         if let Some(d) = self.once.lock().unwrap().take() {
             self.sent_once.fetch_add(1, Ordering::SeqCst);
             resp.skus.push(d);
         } else if let Some(d) = self.standing.lock().unwrap().clone() {
             resp.skus.push(d);
-            if !acked {
-                resp.grants.push(TransferMsg {
-                    id: TransferId::parse(GRANT).unwrap(),
-                    tenant: Tenant::parse("acme").unwrap(),
-                    sku: Sku::parse("tee").unwrap(),
-                    units: 100,
-                });
-            }
+            resp.grants = grant_until_acked(req, GRANT, "tee", 100);
         }
         Ok(resp)
     }
@@ -69,11 +55,7 @@ impl CoordinatorClient for Scripted {
     }
 
     async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {
-        Ok(TakeResponse {
-            grant: None,
-            sold_out_everywhere: false,
-            paused: false,
-        })
+        Ok(nothing_taken(false))
     }
 
     async fn limits(&self, _req: &LimitsUp) -> Result<LimitsDown, ClientError> {

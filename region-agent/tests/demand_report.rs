@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use escrow_core::protocol::{
-    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, TransferMsg,
-    WatchRequest, WatchResponse,
+    LimitsDown, LimitsUp, SyncRequest, SyncResponse, TakeRequest, TakeResponse, WatchRequest,
+    WatchResponse,
 };
-use escrow_core::{Mode, Sku, Tenant, TransferId};
+use escrow_core::Mode;
 use region_agent::coordinator_client::{ClientError, CoordinatorClient, CoordinatorLink};
 use reqwest::StatusCode;
 
@@ -38,7 +38,6 @@ struct Recording {
 #[async_trait]
 impl CoordinatorClient for Recording {
     async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, ClientError> {
-        let grant = TransferId::parse("g-tee").unwrap();
         for report in req.skus.iter().filter(|r| r.sku.as_str() == "tee") {
             self.reports.lock().unwrap().push((
                 Instant::now(),
@@ -46,23 +45,12 @@ impl CoordinatorClient for Recording {
                 report.sale_rate_per_s,
             ));
         }
-        let grants = if req.acks.contains(&grant) {
-            Vec::new()
-        } else {
-            vec![TransferMsg {
-                id: grant,
-                tenant: Tenant::parse("acme").unwrap(),
-                sku: Sku::parse("tee").unwrap(),
-                units: STOCK,
-            }]
-        };
-        Ok(SyncResponse {
-            limits: Default::default(),
+        let grants = grant_until_acked(req, "g-tee", "tee", STOCK);
+        Ok(sync_answer(
+            req,
             grants,
-            confirmed: req.acks.clone(),
-            applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
-            skus: vec![directive("tee", Mode::Escrow, 0)],
-        })
+            vec![directive("tee", Mode::Escrow, 0)],
+        ))
     }
 
     async fn watch(&self, _req: &WatchRequest) -> Result<WatchResponse, ClientError> {
@@ -70,11 +58,7 @@ impl CoordinatorClient for Recording {
     }
 
     async fn take(&self, _req: &TakeRequest) -> Result<TakeResponse, ClientError> {
-        Ok(TakeResponse {
-            grant: None,
-            sold_out_everywhere: false,
-            paused: false,
-        })
+        Ok(nothing_taken(false))
     }
 
     async fn limits(&self, _req: &LimitsUp) -> Result<LimitsDown, ClientError> {

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use escrow_core::protocol::SkuDirective;
-use escrow_core::{Mode, RegionName, Sku, SkuSettings, Tenant};
+use escrow_core::protocol::{SkuDirective, SyncRequest, SyncResponse, TakeResponse, TransferMsg};
+use escrow_core::{Mode, RegionName, Sku, SkuSettings, Tenant, TransferId};
 use region_agent::auth::Auth;
 use region_agent::clock::{Clock, ManualClock, SystemClock};
 use region_agent::coordinator_client::ClientError;
@@ -93,6 +93,47 @@ pub fn directive(sku: &str, mode: Mode, return_until: u64) -> SkuDirective {
 /// the agent learns everything from its syncs.
 pub fn no_notices() -> ClientError {
     ClientError::Unreachable("no notices from this coordinator".into())
+}
+
+/// A scripted coordinator's grant `id` of `units` of acme's `sku`, sent
+/// with every answer until `req` acknowledges it (as the coordinator does).
+pub fn grant_until_acked(req: &SyncRequest, id: &str, sku: &str, units: u64) -> Vec<TransferMsg> {
+    let id = TransferId::parse(id).unwrap();
+    if req.acks.contains(&id) {
+        return Vec::new();
+    }
+    vec![TransferMsg {
+        id,
+        tenant: Tenant::parse("acme").unwrap(),
+        sku: Sku::parse(sku).unwrap(),
+        units,
+    }]
+}
+
+/// A scripted coordinator's answer to `req`: every ack confirmed and
+/// every return applied, with `grants` and the directives `skus`.
+pub fn sync_answer(
+    req: &SyncRequest,
+    grants: Vec<TransferMsg>,
+    skus: Vec<SkuDirective>,
+) -> SyncResponse {
+    SyncResponse {
+        limits: Default::default(),
+        grants,
+        confirmed: req.acks.clone(),
+        applied_returns: req.returns.iter().map(|r| r.id.clone()).collect(),
+        skus,
+    }
+}
+
+/// A scripted coordinator's answer to a take: no units, and whether none
+/// is left anywhere.
+pub fn nothing_taken(sold_out_everywhere: bool) -> TakeResponse {
+    TakeResponse {
+        grant: None,
+        sold_out_everywhere,
+        paused: false,
+    }
 }
 
 /// An empty batch of acme/drop at `now_ms`, for a test to fill.
