@@ -69,11 +69,12 @@ impl CoordinatorClient for Recording {
 conformance!(the_first_sync_that_reports_sales_reports_their_demand);
 
 /// Goal: buyers begin to buy (one every 5 ms for 150 ms) right after the
-/// sync that acknowledged the grant; the first sync that reports units held comes before the next
-/// interval and carries a demand above 0. Before 2026-12-07 the sync the
-/// owner asked for when its demand became reportable read the demand the
-/// owner had published after its previous batch, 0, and the coordinator
-/// heard the region's demand only a round trip and an interval later.
+/// sync that acknowledged the grant; the first sync that reports units
+/// held comes before the next interval and carries a demand above 0; the
+/// counters equal the rows. Before 2026-12-07 the sync the owner asked
+/// for when its demand became reportable read the demand the owner had
+/// published after its previous batch, 0, and the coordinator heard the
+/// region's demand only a round trip and an interval later.
 async fn the_first_sync_that_reports_sales_reports_their_demand(db: TestDb) {
     let coordinator = Arc::new(Recording::default());
     let mut agent_settings = settings(limits());
@@ -128,4 +129,11 @@ async fn the_first_sync_that_reports_sales_reports_their_demand(db: TestDb) {
          reported a demand of {rate}/s"
     );
     agent.stop().await;
+    let tee = stored(&db, "tee").await;
+    assert_eq!(
+        (tee.available, tee.held),
+        (STOCK as i64 - 30, 30),
+        "{tee:?}"
+    );
+    assert_balanced(&tee);
 }
