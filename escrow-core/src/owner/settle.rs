@@ -2,7 +2,7 @@
 //! kept, drift noticed), and every command is answered: held, replayed,
 //! parked, sold out or paused.
 
-use super::work::{Phase, TakeEnd, Work};
+use super::work::{PendingReserve, Phase, TakeEnd, Work};
 use super::{
     ActReply, AdminReply, CommitError, Io, PauseReason, Reply, ReserveReply, SkuOwner,
     CREDITED_GRANTS_KEPT,
@@ -150,7 +150,6 @@ impl SkuOwner {
     /// batch; otherwise it is sold out only if nothing is free anywhere,
     /// else paused.
     pub(super) fn settle_overflow(&mut self, mut work: Work) {
-        self.overflow.extend(std::mem::take(&mut work.later));
         let mut overflow = std::mem::take(&mut work.overflow);
         overflow.sort_by_key(|p| p.request.qty);
         for p in overflow {
@@ -177,9 +176,32 @@ impl SkuOwner {
                 }
             }
         }
+        self.settle_later(std::mem::take(&mut work.later));
         // Parked requests keep their arrival order: the oldest is served first.
         self.parked.make_contiguous().sort_by_key(|p| p.ticket);
         self.phase = Phase::Idle;
+    }
+
+    /// Second copies of a key in the batch: tried first in the next batch,
+    /// which answers them from what their first copy did, unless the first
+    /// waits for units from elsewhere; then they wait with it, parked
+    /// (carried as overflow, they would start batch after batch, each
+    /// sending them back behind the first, until the units came).
+    fn settle_later(&mut self, later: Vec<PendingReserve>) {
+        let mut next = Vec::new();
+        for p in later {
+            let key = &p.request.request_key;
+            if !self.parked.iter().any(|q| &q.request.request_key == key) {
+                next.push(p);
+            } else if self.parked.len() < self.cfg.parked_max {
+                self.parked.push_back(p);
+            } else {
+                self.reply(p.ticket, Reply::Reserve(ReserveReply::QueueFull));
+            }
+        }
+        for p in next.into_iter().rev() {
+            self.overflow.push_front(p);
+        }
     }
 
     /// Answers every command of a batch that was not committed PAUSED,

@@ -884,6 +884,52 @@ fn a_full_parked_list_answers_queue_full() {
     h.check().unwrap();
 }
 
+/// Goal: a buyer's retry with the key of its request still waiting for
+/// units from elsewhere waits with it, parked, instead of being carried
+/// to the next batch as overflow: overflow starts the next batch at once,
+/// and the first copy, parked first again, sent the retry back each time
+/// (the owner ran empty batches back to back, a core's worth, until the
+/// units arrived). When they arrive, the first copy is held and the retry
+/// hears REPLAY.
+#[test]
+fn a_retry_of_a_waiting_key_waits_with_it() {
+    let mut h = Harness::new(0, 0);
+    // A unit in transit elsewhere: not sold out, so buyers wait for units.
+    h.in_transit
+        .insert(TransferId::parse("elsewhere").unwrap(), 1);
+    h.total += 1;
+    let first = h.reserve(1, 1, 1);
+    h.batch(vec![first]);
+    assert_eq!(h.owner.parked(), 1);
+    let retry = h.reserve(1, 1, 1);
+    h.batch(vec![retry]);
+    assert!(
+        !h.owner.has_overflow(),
+        "the retry does not start batch after batch"
+    );
+    assert_eq!(h.owner.parked(), 2, "the retry waits with its first copy");
+    assert!(h.answers.is_empty());
+    // The unit arrives: the first copy holds it, the retry replays it.
+    h.pool += 1;
+    h.total += 1;
+    h.now_ms += TAKE_RETRY_MS;
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    h.owner.handle_timeout(h.now_ms);
+    h.drive();
+    assert!(
+        matches!(h.answers[&1], Reply::Reserve(ReserveReply::Held(_))),
+        "{:?}",
+        h.answers[&1]
+    );
+    assert!(
+        matches!(h.answers[&2], Reply::Reserve(ReserveReply::Replay(_))),
+        "{:?}",
+        h.answers.get(&2)
+    );
+    h.check().unwrap();
+}
+
 /// Goal: a cart's item is set aside in memory without a write, so the
 /// owner sells no unit twice; dropped, its units are free again; held
 /// (the cart wrote it), it is the cart's to expire, never the sweep's.
