@@ -81,6 +81,16 @@ impl Harness {
         }
     }
 
+    /// No unit here or in the pool, one in transit elsewhere: not sold
+    /// out, so buyers wait for units.
+    fn with_a_unit_elsewhere() -> Self {
+        let mut h = Self::new(0, 0);
+        h.in_transit
+            .insert(TransferId::parse("elsewhere").unwrap(), 1);
+        h.total += 1;
+        h
+    }
+
     fn record(book: &Book) -> SkuRecord {
         let units = |s: Status| -> u64 {
             book.reservations()
@@ -853,11 +863,7 @@ fn a_late_take_keeps_its_buyers_waiting_until_their_deadline() {
 /// waited. Nothing of it is written, and those parked keep waiting.
 #[test]
 fn a_full_parked_list_answers_queue_full() {
-    let mut h = Harness::new(0, 0);
-    // A unit in transit elsewhere: not sold out, so buyers wait for units.
-    h.in_transit
-        .insert(TransferId::parse("elsewhere").unwrap(), 1);
-    h.total += 1;
+    let mut h = Harness::with_a_unit_elsewhere();
     let parked_max = 64;
     let buyers = parked_max + 8;
     let mut tickets = Vec::new();
@@ -893,11 +899,7 @@ fn a_full_parked_list_answers_queue_full() {
 /// hears REPLAY.
 #[test]
 fn a_retry_of_a_waiting_key_waits_with_it() {
-    let mut h = Harness::new(0, 0);
-    // A unit in transit elsewhere: not sold out, so buyers wait for units.
-    h.in_transit
-        .insert(TransferId::parse("elsewhere").unwrap(), 1);
-    h.total += 1;
+    let mut h = Harness::with_a_unit_elsewhere();
     let first = h.reserve(1, 1, 1);
     h.batch(vec![first]);
     assert_eq!(h.owner.parked(), 1);
